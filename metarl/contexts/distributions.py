@@ -1,0 +1,374 @@
+"""Distributions over one context quantity.
+
+A distribution is a frozen dataclass and a JAX pytree: its numeric parameters
+(bounds, means, values, ...) are float32 array leaves, its flags (`relative`,
+`per_element`) are static. Replacing the numbers keeps the tree structure, so
+a jitted function that takes a distribution as an argument does not recompile
+when a curriculum moves the ranges.
+
+Flags shared by every distribution:
+
+* ``relative=False``: values are absolute (``mass=2.0`` means 2 kg). With
+  ``relative=True`` a value is a scale factor applied to the environment's
+  default (``mass=1.2`` means 20% heavier than loaded).
+* ``per_element=False``: one value is drawn and shared by every element of the
+  quantity (every body, geom, dof, ...). With ``per_element=True`` each element
+  gets its own draw; the numeric parameters may then be scalars or arrays with
+  one entry per element.
+
+Validation of the numbers happens when a distribution is built from concrete
+values; JAX's own tree rebuilding (inside jit or vmap) skips it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "Distribution",
+    "Uniform",
+    "LogUniform",
+    "Normal",
+    "TruncatedNormal",
+    "Choice",
+    "Fixed",
+    "Scale",
+]
+
+
+def _is_concrete(x: Any) -> bool:
+    if isinstance(x, jax.core.Tracer):
+        return False
+    if isinstance(x, (jax.Array, np.ndarray, np.generic, int, float)):
+        return True
+    if isinstance(x, (list, tuple)):
+        return all(_is_concrete(v) for v in x)
+    return False
+
+
+def _as_float32(x: Any) -> Any:
+    """Numbers become float32 arrays (never weak-typed Python floats)."""
+    if isinstance(x, jax.Array):
+        return x.astype(jnp.float32)
+    return np.asarray(x, dtype=np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Distribution:
+    """Base class: numeric fields are pytree leaves, flags are static."""
+
+    _numeric: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        jax.tree_util.register_pytree_with_keys(
+            cls, cls._flatten_with_keys, cls._unflatten, cls._flatten
+        )
+
+    # -- pytree protocol (unflatten bypasses __init__ and validation) --
+    def _flatten(self):
+        return [getattr(self, f) for f in self._numeric], self._static()
+
+    def _flatten_with_keys(self):
+        children = [(jax.tree_util.GetAttrKey(f), getattr(self, f)) for f in self._numeric]
+        return children, self._static()
+
+    def _static(self) -> tuple:
+        return (self.relative, self.per_element)
+
+    @classmethod
+    def _unflatten(cls, static, children):
+        obj = object.__new__(cls)
+        for name, value in zip(cls._numeric, children):
+            object.__setattr__(obj, name, value)
+        object.__setattr__(obj, "relative", static[0])
+        object.__setattr__(obj, "per_element", static[1])
+        return obj
+
+    def __post_init__(self):
+        if not isinstance(self.relative, bool) or not isinstance(self.per_element, bool):
+            raise ValueError(
+                f"{type(self).__name__}: relative and per_element must be True or False, "
+                f"got relative={self.relative!r}, per_element={self.per_element!r}"
+            )
+        values = [getattr(self, f) for f in self._numeric]
+        if not all(_is_concrete(v) for v in values):
+            raise ValueError(
+                f"{type(self).__name__} needs numbers or arrays for {', '.join(self._numeric)}; "
+                f"got {values!r}"
+            )
+        for name in self._numeric:
+            value = _as_float32(getattr(self, name))
+            if not np.all(np.isfinite(np.asarray(value))):
+                raise ValueError(f"{type(self).__name__}.{name} must be finite, got {value}")
+            object.__setattr__(self, name, value)
+        self._check()
+
+    # -- to implement per distribution --
+    def _check(self) -> None:
+        """Raises ValueError on inconsistent concrete parameters."""
+
+    def sample(self, key: jax.Array, shape: tuple[int, ...] = ()) -> jax.Array:
+        """Draws values of the given shape; pure, usable under jit and vmap."""
+        raise NotImplementedError
+
+    def support(self) -> tuple[np.ndarray, np.ndarray]:
+        """Smallest and largest value a draw can take (may be infinite)."""
+        raise NotImplementedError
+
+    def centre(self) -> np.ndarray:
+        """The middle of the distribution, used by `scaled`."""
+        raise NotImplementedError
+
+    def _rescaled(self, f: float, c: Any) -> Distribution:
+        raise NotImplementedError
+
+    def normaliser(self) -> tuple[np.ndarray, np.ndarray]:
+        """(offset, scale) mapping draws to roughly [-1, 1]: (x - offset) / scale."""
+        low, high = self.support()
+        return (low + high) / 2, np.maximum((high - low) / 2, 1e-6)
+
+    # -- shared behaviour --
+    def scaled(self, f: float, centre: Any = None) -> Distribution:
+        """Shrinks (f < 1) or widens (f > 1) the spread around `centre`.
+
+        `centre` defaults to the distribution's own centre. Every location
+        parameter x becomes ``centre + f * (x - centre)`` and every scale
+        parameter is multiplied by f; LogUniform does this in log space.
+        """
+        f = float(f)
+        if not f >= 0:
+            raise ValueError(f"scaled() needs a factor >= 0, got {f}")
+        c = self.centre() if centre is None else np.asarray(centre, np.float32)
+        return self._rescaled(f, c)
+
+    def numbers(self) -> dict[str, np.ndarray]:
+        """The numeric parameters by name (host copies)."""
+        return {f: np.asarray(getattr(self, f)) for f in self._numeric}
+
+
+def _move(x, c, f):
+    return c + f * (np.asarray(x) - c)
+
+
+@dataclasses.dataclass(frozen=True)
+class Uniform(Distribution):
+    """Uniform on [low, high]."""
+
+    low: Any
+    high: Any
+    relative: bool = False
+    per_element: bool = False
+    _numeric: ClassVar = ("low", "high")
+
+    def _check(self):
+        if np.any(np.asarray(self.low) > np.asarray(self.high)):
+            raise ValueError(f"Uniform needs low <= high, got low={self.low}, high={self.high}")
+
+    def sample(self, key, shape=()):
+        return jax.random.uniform(key, shape, minval=self.low, maxval=self.high)
+
+    def support(self):
+        return np.asarray(self.low), np.asarray(self.high)
+
+    def centre(self):
+        return (np.asarray(self.low) + np.asarray(self.high)) / 2
+
+    def _rescaled(self, f, c):
+        return dataclasses.replace(self, low=_move(self.low, c, f), high=_move(self.high, c, f))
+
+
+@dataclasses.dataclass(frozen=True)
+class LogUniform(Distribution):
+    """Log-uniform on [low, high], 0 < low <= high."""
+
+    low: Any
+    high: Any
+    relative: bool = False
+    per_element: bool = False
+    _numeric: ClassVar = ("low", "high")
+
+    def _check(self):
+        if np.any(np.asarray(self.low) <= 0):
+            raise ValueError(f"LogUniform needs low > 0, got low={self.low}")
+        if np.any(np.asarray(self.low) > np.asarray(self.high)):
+            raise ValueError(f"LogUniform needs low <= high, got low={self.low}, high={self.high}")
+
+    def sample(self, key, shape=()):
+        u = jax.random.uniform(key, shape, minval=jnp.log(self.low), maxval=jnp.log(self.high))
+        return jnp.exp(u)
+
+    def support(self):
+        return np.asarray(self.low), np.asarray(self.high)
+
+    def centre(self):
+        return np.sqrt(np.asarray(self.low) * np.asarray(self.high))
+
+    def normaliser(self):
+        # The observed value is normalised linearly; log-space would need a log in obs.
+        return super().normaliser()
+
+    def _rescaled(self, f, c):
+        if np.any(c <= 0):
+            raise ValueError(f"LogUniform.scaled needs a centre > 0, got {c}")
+        lc = np.log(c)
+        return dataclasses.replace(
+            self,
+            low=np.exp(_move(np.log(self.low), lc, f)),
+            high=np.exp(_move(np.log(self.high), lc, f)),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Normal(Distribution):
+    """Normal(mean, std), std >= 0. Unbounded: use TruncatedNormal for quantities
+    that must stay positive."""
+
+    mean: Any
+    std: Any
+    relative: bool = False
+    per_element: bool = False
+    _numeric: ClassVar = ("mean", "std")
+
+    def _check(self):
+        if np.any(np.asarray(self.std) < 0):
+            raise ValueError(f"Normal needs std >= 0, got std={self.std}")
+
+    def sample(self, key, shape=()):
+        return self.mean + self.std * jax.random.normal(key, shape)
+
+    def support(self):
+        spread = np.where(np.asarray(self.std) > 0, np.inf, 0.0)
+        return np.asarray(self.mean) - spread, np.asarray(self.mean) + spread
+
+    def centre(self):
+        return np.asarray(self.mean)
+
+    def normaliser(self):
+        return np.asarray(self.mean), np.maximum(np.asarray(self.std), 1e-6)
+
+    def _rescaled(self, f, c):
+        return dataclasses.replace(self, mean=_move(self.mean, c, f), std=f * np.asarray(self.std))
+
+
+@dataclasses.dataclass(frozen=True)
+class TruncatedNormal(Distribution):
+    """Normal(mean, std) conditioned on [low, high]."""
+
+    mean: Any
+    std: Any
+    low: Any
+    high: Any
+    relative: bool = False
+    per_element: bool = False
+    _numeric: ClassVar = ("mean", "std", "low", "high")
+
+    def _check(self):
+        if np.any(np.asarray(self.std) < 0):
+            raise ValueError(f"TruncatedNormal needs std >= 0, got std={self.std}")
+        if np.any(np.asarray(self.low) > np.asarray(self.high)):
+            raise ValueError(
+                f"TruncatedNormal needs low <= high, got low={self.low}, high={self.high}"
+            )
+
+    def sample(self, key, shape=()):
+        std = jnp.maximum(self.std, 1e-12)
+        z = jax.random.truncated_normal(
+            key, (self.low - self.mean) / std, (self.high - self.mean) / std, shape
+        )
+        return jnp.clip(self.mean + std * z, self.low, self.high)
+
+    def support(self):
+        return np.asarray(self.low), np.asarray(self.high)
+
+    def centre(self):
+        return np.asarray(self.mean)
+
+    def _rescaled(self, f, c):
+        return dataclasses.replace(
+            self,
+            mean=_move(self.mean, c, f),
+            std=f * np.asarray(self.std),
+            low=_move(self.low, c, f),
+            high=_move(self.high, c, f),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice(Distribution):
+    """One of `values` (shape [k]), with probabilities `probs` (uniform if None)."""
+
+    values: Any
+    probs: Any = None
+    relative: bool = False
+    per_element: bool = False
+    _numeric: ClassVar = ("values", "probs")
+
+    def __post_init__(self):
+        if self.probs is None and _is_concrete(self.values):
+            k = np.asarray(self.values).shape[-1] if np.ndim(self.values) else 0
+            object.__setattr__(self, "probs", np.full((k,), 1.0 / max(k, 1), np.float32))
+        super().__post_init__()
+
+    def _check(self):
+        values, probs = np.asarray(self.values), np.asarray(self.probs)
+        if values.ndim != 1 or values.shape[0] == 0:
+            raise ValueError(f"Choice needs a non-empty 1-D list of values, got {values!r}")
+        if probs.shape != values.shape:
+            raise ValueError(
+                f"Choice needs one probability per value: {values.shape[0]} values, "
+                f"probs of shape {probs.shape}"
+            )
+        if np.any(probs < 0) or not math.isclose(float(probs.sum()), 1.0, abs_tol=1e-5):
+            raise ValueError(
+                f"Choice probabilities must be >= 0 and sum to 1, got {probs.tolist()} "
+                f"(sum {float(probs.sum()):.6g})"
+            )
+
+    def sample(self, key, shape=()):
+        idx = jax.random.categorical(key, jnp.log(self.probs), shape=shape)
+        return jnp.asarray(self.values)[idx]
+
+    def support(self):
+        v = np.asarray(self.values)
+        return v.min(), v.max()
+
+    def centre(self):
+        v = np.asarray(self.values)
+        return (v.min() + v.max()) / 2
+
+    def _rescaled(self, f, c):
+        return dataclasses.replace(self, values=_move(self.values, c, f))
+
+
+@dataclasses.dataclass(frozen=True)
+class Fixed(Distribution):
+    """Always `value`."""
+
+    value: Any
+    relative: bool = False
+    per_element: bool = False
+    _numeric: ClassVar = ("value",)
+
+    def sample(self, key, shape=()):
+        return jnp.broadcast_to(jnp.asarray(self.value), shape)
+
+    def support(self):
+        return np.asarray(self.value), np.asarray(self.value)
+
+    def centre(self):
+        return np.asarray(self.value)
+
+    def _rescaled(self, f, c):
+        return dataclasses.replace(self, value=_move(self.value, c, f))
+
+
+def Scale(low: Any, high: Any, per_element: bool = False) -> Uniform:  # noqa: N802
+    """Shorthand for ``Uniform(low, high, relative=True)``: a scale of the default."""
+    return Uniform(low, high, relative=True, per_element=per_element)

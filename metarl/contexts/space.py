@@ -1,0 +1,348 @@
+"""`ContextSpace`: which System quantities vary, and how.
+
+A space maps names to distributions. It is plain data and a JAX pytree whose
+leaves are the distributions' numbers, so a space can be passed into jitted
+code and replaced by another with the same names, kinds and shapes (a
+curriculum's new ranges) without recompiling.
+
+A space means nothing until it is bound to a System and a backend
+(`bind(space, sys, backend)`), which resolves every name, checks it against
+the fields that backend really reads and the shape of each field, and returns
+a `Binding` that samples and applies contexts inside jit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from brax.base import System
+
+from metarl.contexts import paths
+from metarl.contexts.distributions import Choice, Distribution, Normal
+from metarl.contexts.quantities import QUANTITIES, UNREAD, Quantity
+
+Context = dict[str, jax.Array]
+
+
+@jax.tree_util.register_pytree_node_class
+class ContextSpace(Mapping):
+    """An ordered mapping {name: Distribution}.
+
+    A name is a canonical quantity (see `CANONICAL_NAMES`) or a raw System path
+    with optional indexing (``"geom_friction[:, 0]"``, ``"link.inertia.mass[1]"``).
+    """
+
+    def __init__(self, distributions: Mapping[str, Distribution]):
+        if not isinstance(distributions, Mapping):
+            raise ValueError(
+                f"ContextSpace takes a mapping {{name: distribution}}, got {type(distributions).__name__}"
+            )
+        for name, dist in distributions.items():
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"context names must be non-empty strings, got {name!r}")
+            if not isinstance(dist, Distribution):
+                raise ValueError(
+                    f"context {name!r}: expected a distribution (Uniform, LogUniform, Normal, "
+                    f"TruncatedNormal, Choice, Fixed), got {type(dist).__name__}"
+                )
+        self._dists = dict(distributions)
+
+    # Mapping protocol
+    def __getitem__(self, name: str) -> Distribution:
+        return self._dists[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dists)
+
+    def __len__(self) -> int:
+        return len(self._dists)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k!r}: {v!r}" for k, v in self._dists.items())
+        return f"ContextSpace({{{inner}}})"
+
+    # pytree protocol
+    def tree_flatten(self):
+        return tuple(self._dists.values()), tuple(self._dists)
+
+    @classmethod
+    def tree_unflatten(cls, names, dists):
+        obj = object.__new__(cls)
+        obj._dists = dict(zip(names, dists))
+        return obj
+
+    def scaled(self, f: float, around: Any = None) -> ContextSpace:
+        """Every range shrunk (f < 1) or widened (f > 1) by factor f.
+
+        around=None scales each distribution about its own centre. A mapping
+        (usually ``env.default_context()``) scales about the environment's
+        defaults: relative distributions about 1, absolute ones about the
+        given default, which must be one number for a shared distribution.
+        """
+        out = {}
+        for name, dist in self._dists.items():
+            centre = None
+            if around is not None:
+                if not isinstance(around, Mapping):
+                    raise ValueError(
+                        "scaled(around=...) takes None (each range's centre) or a mapping of "
+                        f"defaults such as env.default_context(); got {around!r}"
+                    )
+                centre = 1.0 if dist.relative else _shared_default(name, dist, around)
+            out[name] = dist.scaled(f, centre)
+        return ContextSpace(out)
+
+    def intervals(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """A finite (low, high) per name: the support, or mean +- 2 std for Normal."""
+        out = {}
+        for name, dist in self._dists.items():
+            if isinstance(dist, Normal):
+                m, s = np.asarray(dist.mean), np.asarray(dist.std)
+                out[name] = (m - 2 * s, m + 2 * s)
+            else:
+                out[name] = dist.support()
+        return out
+
+
+def _shared_default(name: str, dist: Distribution, defaults: Mapping) -> np.ndarray:
+    if name not in defaults:
+        raise ValueError(f"scaled(around=...): no default given for {name!r}")
+    value = np.asarray(defaults[name], np.float32)
+    if not dist.per_element and value.ndim > 0:
+        if not np.all(value == value.flat[0]):
+            raise ValueError(
+                f"scaled(around=defaults): {name!r} is absolute and shared by all elements, "
+                f"but their defaults differ ({value.tolist()}): use relative=True, "
+                "per_element=True or around=None"
+            )
+        value = value.flat[0]
+    return value
+
+
+CANONICAL_NAMES = tuple(QUANTITIES)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    name: str
+    target: Quantity | paths.RawPath
+    shape: tuple[int, ...]  # element shape of the quantity
+    default: np.ndarray  # default values, shape `shape`
+    relative: bool
+    per_element: bool
+
+    @property
+    def draw_shape(self) -> tuple[int, ...]:
+        return self.shape if self.per_element else ()
+
+    def write(self, sys: System, draw: jax.Array) -> System:
+        value = jnp.broadcast_to(draw, self.shape)
+        if self.relative:
+            value = value * self.default
+        if isinstance(self.target, Quantity):
+            return self.target.apply(sys, value)
+        return self.target.write(sys, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Binding:
+    """A space resolved against one System and backend; samples and applies contexts."""
+
+    space: ContextSpace
+    backend: str
+    sys: System  # the default System, with any switch a quantity needs turned on
+    entries: tuple[_Entry, ...]
+
+    def sample(self, key: jax.Array, ranges: ContextSpace | None = None) -> Context:
+        """Draws one context {name: value}; `ranges` defaults to the bound space."""
+        ranges = self.space if ranges is None else ranges
+        keys = jax.random.split(key, max(len(self.entries), 1))
+        return {
+            e.name: ranges[e.name].sample(k, e.draw_shape).astype(jnp.float32)
+            for e, k in zip(self.entries, keys)
+        }
+
+    def apply(self, context: Context) -> System:
+        """The default System with `context` written into every field the backend reads."""
+        sys = self.sys
+        for e in self.entries:
+            sys = e.write(sys, context[e.name])
+        return sys
+
+    def default_context(self) -> Context:
+        """The environment's own values in each entry's units (1 where relative).
+
+        A shared absolute entry whose elements have different defaults gets the
+        per-element array: no single shared draw reproduces it.
+        """
+        out = {}
+        for e in self.entries:
+            if e.relative:
+                out[e.name] = np.ones(e.draw_shape, np.float32)
+            elif e.per_element or e.default.ndim == 0 or np.any(e.default != e.default.flat[0]):
+                out[e.name] = e.default
+            else:
+                out[e.name] = e.default.flat[0]
+        return out
+
+    @property
+    def context_size(self) -> int:
+        return int(sum(np.prod(e.draw_shape, dtype=int) for e in self.entries))
+
+    def normalise(self, context: Context) -> jax.Array:
+        """The context as one flat vector, roughly in [-1, 1] over the bound space."""
+        parts = []
+        for e in self.entries:
+            offset, scale = _normaliser(self.space[e.name])
+            v = (context[e.name] - offset) / scale
+            parts.append(jnp.reshape(jnp.broadcast_to(v, e.draw_shape), (-1,)))
+        if not parts:
+            return jnp.zeros((0,), jnp.float32)
+        return jnp.concatenate(parts).astype(jnp.float32)
+
+    def check_ranges(self, ranges: ContextSpace) -> ContextSpace:
+        """Validates replacement ranges: same names, kinds and shapes, physical values."""
+        if not isinstance(ranges, ContextSpace):
+            raise ValueError(f"expected a ContextSpace, got {type(ranges).__name__}")
+        if tuple(ranges) != tuple(self.space):
+            raise ValueError(
+                f"the new ranges must have the same names in the same order as the env's "
+                f"space: expected {list(self.space)}, got {list(ranges)}"
+            )
+        for name in self.space:
+            old, new = self.space[name], ranges[name]
+            old_def = jax.tree.structure(old)
+            if jax.tree.structure(new) != old_def:
+                raise ValueError(
+                    f"context {name!r}: the new ranges must keep the distribution kind and "
+                    f"flags: expected {old_def}, got {jax.tree.structure(new)}"
+                )
+            for a, b in zip(jax.tree.leaves(old), jax.tree.leaves(new)):
+                if np.shape(a) != np.shape(b):
+                    raise ValueError(
+                        f"context {name!r}: parameter shape changed from {np.shape(a)} to "
+                        f"{np.shape(b)}; that would recompile"
+                    )
+        for e in self.entries:
+            _check_values(e, ranges[e.name])
+        return ranges
+
+
+def _normaliser(dist: Distribution) -> tuple[np.ndarray, np.ndarray]:
+    offset, scale = dist.normaliser()
+    low, high = dist.support()
+    flat = np.asarray(high) - np.asarray(low) <= 0
+    return offset, np.where(flat, np.maximum(np.abs(offset), 1.0), scale)
+
+
+def _unknown(name: str, reason: str) -> ValueError:
+    return ValueError(
+        f"unknown context name {name!r}: {reason}. Valid canonical names: "
+        f"{', '.join(CANONICAL_NAMES)}; or a raw System path such as "
+        "'geom_friction[:, 0]' or 'link.inertia.mass[1]'"
+    )
+
+
+def _resolve(name: str, sys: System, backend: str) -> tuple[Quantity | paths.RawPath, np.ndarray]:
+    if name in QUANTITIES:
+        q = QUANTITIES[name]
+        if backend not in q.backends:
+            raise ValueError(
+                f"context {name!r} is not simulated by the {backend!r} backend: "
+                f"{q.unsupported_hint} Backends that simulate it: {sorted(q.backends)}"
+            )
+        problem = q.requires(sys, backend)
+        if problem:
+            raise ValueError(problem)
+        return q, q.default(sys)
+    try:
+        raw = paths.parse(name)
+    except ValueError as e:
+        raise _unknown(name, str(e)) from None
+    if raw is None:
+        raise _unknown(name, "not a canonical quantity nor a System path")
+    for prefix in UNREAD.get(backend, ()):
+        if raw.field == prefix or (prefix.endswith(".") and raw.field.startswith(prefix)):
+            raise ValueError(
+                f"raw path {name!r}: the {backend!r} backend never reads {raw.field!r}, so "
+                f"changing it would change nothing. Use a canonical name ({', '.join(CANONICAL_NAMES)}), "
+                "which writes the fields each backend reads"
+            )
+    try:
+        return raw, paths.resolve(raw, sys)
+    except ValueError as e:
+        if not hasattr(sys, raw.field.split(".")[0]):
+            raise _unknown(name, str(e)) from None
+        raise
+
+
+def _check_values(e: _Entry, dist: Distribution) -> None:
+    """Shapes fit the field; values stay physical."""
+    for field, value in dist.numbers().items():
+        if isinstance(dist, Choice):
+            continue  # values/probs are lists over choices, not over elements
+        shape = np.shape(value)
+        allowed = {(), e.shape} if dist.per_element else {()}
+        if shape not in allowed:
+            what = (
+                f"one value or one per element {e.shape}" if dist.per_element else "a single number"
+            )
+            raise ValueError(
+                f"context {e.name!r}: {type(dist).__name__}.{field} has shape {shape}, which "
+                f"does not fit the field (element shape {e.shape}); expected {what}"
+                + ("" if dist.per_element else "; pass per_element=True for per-element values")
+            )
+    if not isinstance(e.target, Quantity):
+        return
+    q = e.target
+    if q.lower is None:
+        return
+    low, _ = dist.support()
+    worst = float(np.min(low))
+    bad = worst <= q.lower if q.strict else worst < q.lower
+    if bad:
+        op = ">" if q.strict else ">="
+        unit = "scale factors" if dist.relative else f"values ({q.units})"
+        raise ValueError(
+            f"context {e.name!r}: {type(dist).__name__} can produce {worst:g}, but {e.name} "
+            f"{unit} must be {op} {q.lower:g}. Use bounds that keep it physical "
+            "(Uniform, LogUniform or TruncatedNormal instead of Normal)"
+        )
+
+
+def bind(space: ContextSpace, sys: System, backend: str) -> Binding:
+    """Resolves every name of `space` for `backend`; raises ValueError on any problem."""
+    if not isinstance(space, ContextSpace):
+        if isinstance(space, Mapping):
+            space = ContextSpace(space)
+        else:
+            raise ValueError(f"expected a ContextSpace, got {type(space).__name__}")
+    entries = []
+    for name, dist in space.items():
+        target, default = _resolve(name, sys, backend)
+        if isinstance(target, Quantity):
+            sys = target.prepare(sys, backend)
+            if not dist.relative and not target.absolute:
+                raise ValueError(
+                    f"context {name!r} only takes scale factors of the default: pass "
+                    "relative=True (or use Scale(low, high))"
+                )
+        shape = tuple(np.shape(default))
+        if dist.per_element and shape == ():
+            raise ValueError(
+                f"context {name!r} is a single value; per_element=True does not apply to it"
+            )
+        if dist.relative and np.all(default == 0):
+            raise ValueError(
+                f"context {name!r}: its default is 0 everywhere in this env, so a relative "
+                "scale would change nothing; use absolute values (relative=False)"
+            )
+        entry = _Entry(name, target, shape, np.asarray(default, np.float32), dist.relative, dist.per_element)
+        _check_values(entry, dist)
+        entries.append(entry)
+    return Binding(space=space, backend=backend, sys=sys, entries=tuple(entries))

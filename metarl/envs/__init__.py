@@ -1,0 +1,14 @@
+"""Contextual Brax environments: a fresh physics context per episode or trial."""
+
+from metarl.envs.check import ContractError, check_env
+from metarl.envs.contextual import CONTEXT, TRIAL, ContextualEnv, TrialInfo, make_contextual
+
+__all__ = [
+    "CONTEXT",
+    "TRIAL",
+    "ContextualEnv",
+    "ContractError",
+    "TrialInfo",
+    "check_env",
+    "make_contextual",
+]

@@ -1,0 +1,127 @@
+"""`check_env`: the contract every contextual env must keep.
+
+Users run it on their own envs (a custom Brax `PipelineEnv` wrapped with
+`make_contextual`, or their own `ContextualEnv`); the test suite runs it on
+several Brax envs and backends.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from metarl.contexts import Fixed
+from metarl.envs.contextual import CONTEXT, TRIAL, ContextualEnv
+
+
+class ContractError(AssertionError):
+    """A contextual env broke its contract; the message says which clause."""
+
+
+def _require(ok: bool, clause: str) -> None:
+    if not ok:
+        raise ContractError(clause)
+
+
+def _obs_size(obs) -> object:
+    if isinstance(obs, dict):
+        return {k: v.shape[-1] for k, v in obs.items()}
+    return obs.shape[-1]
+
+
+def check_env(
+    env: ContextualEnv, num_envs: int = 8, max_steps: int = 300, seed: int = 0
+) -> dict[str, int]:
+    """Checks jit, vmap, per-env contexts, resampling on trial end, determinism
+    and finite observations. Raises `ContractError` naming the broken clause;
+    returns a few counts on success.
+
+    `max_steps` random-action steps must end at least one trial (shorten the
+    env's `episode_length` for envs that never terminate).
+    """
+    reset = jax.jit(jax.vmap(env.reset))
+    step = jax.vmap(env.step)
+    keys = jax.random.split(jax.random.key(seed), num_envs)
+    state = reset(keys)
+
+    # Structure: info keys, observation size, finite values.
+    names = list(env.space)
+    _require(
+        sorted(state.info[CONTEXT]) == sorted(names),
+        f"state.info[{CONTEXT!r}] must hold exactly the space's names {names}, "
+        f"got {sorted(state.info[CONTEXT])}",
+    )
+    _require(
+        _obs_size(state.obs) == env.observation_size,
+        f"observation size {_obs_size(state.obs)} differs from env.observation_size "
+        f"{env.observation_size}",
+    )
+    _require(
+        all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(state.obs)),
+        "reset produced non-finite observations",
+    )
+
+    # Contexts differ across envs for every entry that is not Fixed.
+    for name in names:
+        if isinstance(env.space[name], Fixed):
+            continue
+        values = np.asarray(state.info[CONTEXT][name]).reshape(num_envs, -1)
+        _require(
+            len({v.tobytes() for v in values}) > 1,
+            f"context {name!r} is identical in all {num_envs} envs after reset: contexts must "
+            "be drawn per env",
+        )
+
+    # Roll out random actions; contexts hold within a trial and change at its end.
+    def body(state, k):
+        action = jax.random.uniform(k, (num_envs, env.action_size), minval=-1.0, maxval=1.0)
+        nxt = step(state, action)
+        return nxt, (nxt.info[CONTEXT], nxt.info[TRIAL].new_trial, nxt.done, nxt.obs)
+
+    def rollout(state, key):
+        return jax.lax.scan(body, state, jax.random.split(key, max_steps))
+
+    rollout = jax.jit(rollout)
+    final, (ctx, new_trial, done, obs) = rollout(state, jax.random.key(seed + 1))
+    _require(
+        all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(obs)),
+        "step produced non-finite observations (the env must cut and report non-finite states)",
+    )
+    new_trial = np.asarray(new_trial) > 0
+    _require(
+        new_trial.any(),
+        f"no trial ended within {max_steps} random steps; pass a larger max_steps or a "
+        "shorter episode_length",
+    )
+    before = {n: np.concatenate([np.asarray(state.info[CONTEXT][n])[None], np.asarray(ctx[n])[:-1]]) for n in names}
+    changed_any = {n: False for n in names}
+    for n in names:
+        after = np.asarray(ctx[n])
+        same = np.all((after == before[n]).reshape(max_steps, num_envs, -1), axis=-1)
+        _require(
+            bool(np.all(same[~new_trial])),
+            f"context {n!r} changed in the middle of a trial: it must stay fixed until the "
+            "trial ends",
+        )
+        changed_any[n] = bool(np.any(~same[new_trial]))
+    for n in names:
+        if not isinstance(env.space[n], Fixed):
+            _require(
+                changed_any[n],
+                f"context {n!r} was never resampled over {int(new_trial.sum())} trial ends",
+            )
+
+    # Determinism: the same keys give bit-identical states.
+    again, _ = rollout(reset(keys), jax.random.key(seed + 1))
+    same = jax.tree.map(
+        lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)),
+        final,
+        again,
+    )
+    _require(all(jax.tree.leaves(same)), "two runs from the same key differ: the env is not deterministic")
+    return {
+        "steps": max_steps * num_envs,
+        "episodes_ended": int(np.asarray(done).sum()),
+        "trials_ended": int(new_trial.sum()),
+    }

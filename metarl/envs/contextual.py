@@ -1,0 +1,270 @@
+"""`ContextualEnv`: a Brax env whose physics is resampled per episode or trial.
+
+One env (batch it with `jax.vmap`). `reset(rng, ranges)` draws a context from
+`ranges` (a `ContextSpace`; the bound space if None), writes it into the
+System and stores the draw in ``state.info["context"]``; `step` rebuilds the
+System from that draw. Episodes end on termination or after
+`episode_length` steps (truncation, kept distinct); the env then resets
+itself, and every `episodes_per_trial` episodes it draws a new context from
+the ranges stored in its state, which `set_ranges` replaces between calls
+without recompiling.
+
+Per-step bookkeeping lives in ``state.info["trial"]``, a typed `TrialInfo`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from brax import envs as brax_envs
+from brax.envs.base import Env, PipelineEnv, State
+from flax import struct
+
+from metarl.contexts import Binding, Context, ContextSpace, bind
+from metarl.envs.autoreset import where_done
+
+CONTEXT = "context"  # state.info key: {name: sampled value}
+TRIAL = "trial"  # state.info key: TrialInfo
+
+VISIBILITY = (False, True, "privileged")
+
+
+@struct.dataclass
+class TrialInfo:
+    """Per-env episode and trial bookkeeping (shapes for one env)."""
+
+    ranges: ContextSpace  # distributions new contexts are drawn from
+    key: jax.Array  # uint32[2]: this env's reset stream; episode i uses fold_in(key, i)
+    resets: jax.Array  # int32[]: episodes started so far
+    steps: jax.Array  # int32[]: steps of the episode the last transition belongs to
+    episode_return: jax.Array  # float32[]: its return so far (the full return where done)
+    episode: jax.Array  # int32[]: index of the current episode within its trial
+    truncated: jax.Array  # float32[]: 1 where the last step hit the time limit
+    nonfinite: jax.Array  # float32[]: 1 where the last step produced NaN/inf and was cut
+    new_episode: jax.Array  # float32[]: 1 where `obs` is the first of an episode
+    new_trial: jax.Array  # float32[]: 1 where `obs` is the first of a trial
+    final_obs: Any  # observation the finished episode ended on (== obs where not done)
+
+
+@contextlib.contextmanager
+def _system(env: PipelineEnv, sys):
+    """Temporarily gives `env` another System (traced values are fine)."""
+    old = env.sys
+    env.sys = sys
+    try:
+        yield env
+    finally:
+        env.sys = old
+
+
+def _finite(tree) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+
+
+class ContextualEnv(Env):
+    """See module docstring. Build one with `make_contextual`."""
+
+    def __init__(
+        self,
+        env: PipelineEnv,
+        binding: Binding,
+        episode_length: int,
+        episodes_per_trial: int,
+        visible_context: bool | str,
+        reset_chunk: float,
+    ):
+        self._env = env
+        self.binding = binding
+        self.episode_length = episode_length
+        self.episodes_per_trial = episodes_per_trial
+        self.visible_context = visible_context
+        self._select = where_done(self._fresh, reset_chunk)
+
+    # ---- Brax Env interface ----
+    @property
+    def observation_size(self):
+        base = self._env.observation_size
+        if self.visible_context == "privileged":
+            return {"state": base, "privileged": self.binding.context_size}
+        return base + (self.binding.context_size if self.visible_context else 0)
+
+    @property
+    def action_size(self) -> int:
+        return self._env.action_size
+
+    @property
+    def backend(self) -> str:
+        return self._env.backend
+
+    @property
+    def unwrapped(self) -> Env:
+        return self._env
+
+    @property
+    def space(self) -> ContextSpace:
+        """The space the env was built with (its default ranges)."""
+        return self.binding.space
+
+    def default_context(self) -> Context:
+        """The loaded environment's own values for every context name."""
+        return self.binding.default_context()
+
+    def reset(self, rng: jax.Array, ranges: ContextSpace | None = None) -> State:
+        """A fresh state in a context drawn from `ranges` (default: the env's space)."""
+        ranges = self.space if ranges is None else ranges
+        key = jax.random.key_data(rng) if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key) else rng
+        context0 = {e.name: jnp.zeros(e.draw_shape, jnp.float32) for e in self.binding.entries}
+        first, context = self._first((key, jnp.int32(0), True, context0, ranges))
+        obs = self._observe(first.obs, context)
+        zero = jnp.zeros((), jnp.float32)
+        trial = TrialInfo(
+            ranges=ranges,
+            key=key,
+            resets=jnp.int32(1),
+            steps=jnp.int32(0),
+            episode_return=zero,
+            episode=jnp.int32(0),
+            truncated=zero,
+            nonfinite=zero,
+            new_episode=jnp.ones((), jnp.float32),
+            new_trial=jnp.ones((), jnp.float32),
+            final_obs=obs,
+        )
+        info = {**first.info, CONTEXT: context, TRIAL: trial}
+        return State(first.pipeline_state, obs, zero, zero, first.metrics, info)
+
+    def step(self, state: State, action: jax.Array) -> State:
+        trial: TrialInfo = state.info[TRIAL]
+        context = state.info[CONTEXT]
+        nstate = self._call(self._env.step, context, state, action)
+
+        steps = jnp.where(trial.new_episode > 0, 0, trial.steps) + 1
+        finite = _finite((nstate.obs, nstate.reward))
+        reward = jnp.where(finite, nstate.reward, 0.0).astype(jnp.float32)
+        terminated = jnp.where(finite, nstate.done, 1.0).astype(jnp.float32)
+        timeout = (steps >= self.episode_length).astype(jnp.float32)
+        truncated = timeout * (1.0 - terminated)
+        done = jnp.maximum(terminated, timeout)
+        trial_over = (done > 0) & (trial.episode + 1 >= self.episodes_per_trial)
+        final_obs = jax.tree.map(
+            lambda x: jnp.where(finite, x, 0.0), self._observe(nstate.obs, context)
+        )
+
+        pipeline_state, base_obs, context = self._select(
+            done > 0,
+            (trial.key, trial.resets, trial_over, context, trial.ranges),
+            (nstate.pipeline_state, nstate.obs, context),
+        )
+        obs = self._observe(base_obs, context)
+        trial = trial.replace(
+            resets=trial.resets + (done > 0).astype(jnp.int32),
+            steps=steps,
+            episode_return=jnp.where(trial.new_episode > 0, 0.0, trial.episode_return) + reward,
+            episode=jnp.where(done > 0, jnp.where(trial_over, 0, trial.episode + 1), trial.episode),
+            truncated=truncated,
+            nonfinite=1.0 - finite.astype(jnp.float32),
+            new_episode=done,
+            new_trial=trial_over.astype(jnp.float32),
+            final_obs=final_obs,
+        )
+        info = {**nstate.info, CONTEXT: context, TRIAL: trial}
+        return nstate.replace(pipeline_state=pipeline_state, obs=obs, reward=reward, done=done, info=info)
+
+    def set_ranges(self, state: State, ranges: ContextSpace) -> State:
+        """Replaces the ranges new contexts are drawn from, for every env in `state`.
+
+        Validated when `ranges` holds concrete numbers; no recompilation when a
+        jitted function receives the result.
+        """
+        if all(not isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(ranges)):
+            ranges = self.binding.check_ranges(ranges)
+        trial: TrialInfo = state.info[TRIAL]
+        new = jax.tree.map(
+            lambda old, x: jnp.broadcast_to(jnp.asarray(x, old.dtype), old.shape), trial.ranges, ranges
+        )
+        return state.replace(info={**state.info, TRIAL: trial.replace(ranges=new)})
+
+    # ---- internals ----
+    def _call(self, fn, context: Context, *args):
+        with _system(self._env, self.binding.apply(context)):
+            return fn(*args)
+
+    def _first(self, operand) -> tuple[State, Context]:
+        """(key, resets, new_trial, context, ranges) -> first state of the next episode."""
+        key, resets, new_trial, context, ranges = operand
+        k = jax.random.fold_in(jax.random.wrap_key_data(key), resets)
+        k_context, k_reset = jax.random.split(k)
+        drawn = self.binding.sample(k_context, ranges)
+        context = jax.tree.map(lambda d, c: jnp.where(new_trial, d, c), drawn, context)
+        return self._call(self._env.reset, context, jax.random.key_data(k_reset)), context
+
+    def _fresh(self, operand):
+        first, context = self._first(operand)
+        return first.pipeline_state, first.obs, context
+
+    def _observe(self, base_obs, context):
+        if not self.visible_context:
+            return base_obs
+        c = self.binding.normalise(context)
+        if self.visible_context == "privileged":
+            return {"state": base_obs, "privileged": c}
+        return jnp.concatenate([base_obs, c])
+
+
+def make_contextual(
+    env: str | PipelineEnv,
+    space: ContextSpace,
+    *,
+    backend: str | None = None,
+    episode_length: int = 1000,
+    episodes_per_trial: int = 1,
+    visible_context: bool | str = False,
+    reset_chunk: float = 0.25,
+    **env_kwargs,
+) -> ContextualEnv:
+    """A contextual version of a Brax env (a registry name or a PipelineEnv).
+
+    Args:
+      env: a Brax env name (``"hopper"``) or an unwrapped `PipelineEnv` instance.
+      space: the `ContextSpace` of physics quantities to vary.
+      backend: physics backend for a named env (None: the env's default).
+      episode_length: steps before an episode is truncated.
+      episodes_per_trial: episodes that share one context (RL^2 trials).
+      visible_context: False (hidden), True (normalised context appended to the
+        observation) or "privileged" (observation is
+        ``{"state": obs, "privileged": context}`` for an asymmetric critic).
+      reset_chunk: under vmap, fraction of the batch reset per loop trip.
+      **env_kwargs: passed to the Brax env constructor.
+    """
+    if isinstance(env, str):
+        known = sorted(brax_envs._envs)  # noqa: SLF001 - Brax has no public listing
+        if env not in known:
+            raise ValueError(f"unknown Brax env {env!r}; valid names: {', '.join(known)}")
+        if backend is not None:
+            env_kwargs["backend"] = backend
+        env = brax_envs.get_environment(env, **env_kwargs)
+    elif isinstance(env, PipelineEnv):
+        if env_kwargs:
+            raise ValueError(f"env_kwargs {sorted(env_kwargs)} only apply to an env given by name")
+        if backend is not None and backend != env.backend:
+            raise ValueError(
+                f"backend={backend!r} differs from the instance's backend {env.backend!r}; "
+                "build the instance with that backend instead"
+            )
+    else:
+        raise ValueError(
+            "env must be a Brax env name or an unwrapped brax.envs.PipelineEnv, got "
+            f"{type(env).__name__} (pass the env before Brax's training wrappers: metarl "
+            "handles episodes and resets itself)"
+        )
+    for name, value, least in (("episode_length", episode_length, 1), ("episodes_per_trial", episodes_per_trial, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    if not (isinstance(visible_context, bool) or visible_context == "privileged"):
+        raise ValueError(f"visible_context must be one of {VISIBILITY}, got {visible_context!r}")
+    binding = bind(space, env.sys, env.backend)
+    return ContextualEnv(env, binding, episode_length, episodes_per_trial, visible_context, reset_chunk)

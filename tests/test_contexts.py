@@ -1,0 +1,226 @@
+"""Distributions and ContextSpace: sampling properties and every bad-input case."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from toy_env import Puck
+
+from metarl import contexts as C
+
+SYS = Puck().sys
+floats = st.floats(-100, 100, allow_nan=False, width=32)
+
+
+def _bind(space, backend="generalized", sys=SYS):
+    return C.bind(C.ContextSpace(space), sys, backend)
+
+
+@settings(max_examples=40, deadline=None)
+@given(a=floats, b=floats, seed=st.integers(0, 2**31 - 1))
+def test_uniform_draws_stay_in_bounds(a, b, seed):
+    low, high = min(a, b), max(a, b)
+    x = C.Uniform(low, high).sample(jax.random.key(seed), (64,))
+    assert x.shape == (64,)
+    assert np.all((np.asarray(x) >= np.float32(low)) & (np.asarray(x) <= np.float32(high)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(a=st.floats(1e-3, 1e3), ratio=st.floats(1.0, 100.0), seed=st.integers(0, 2**31 - 1))
+def test_loguniform_draws_stay_in_bounds(a, ratio, seed):
+    d = C.LogUniform(a, a * ratio)
+    x = np.asarray(d.sample(jax.random.key(seed), (64,)))
+    low, high = d.support()
+    assert np.all((x >= low * (1 - 1e-5)) & (x <= high * (1 + 1e-5)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    mean=floats,
+    std=st.floats(0, 10, width=32),
+    lo=st.floats(-5, 0, width=32),
+    hi=st.floats(0.125, 5, width=32),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_truncated_normal_draws_stay_in_bounds(mean, std, lo, hi, seed):
+    d = C.TruncatedNormal(mean, std, mean + lo, mean + hi)
+    x = np.asarray(d.sample(jax.random.key(seed), (3, 5)))
+    assert x.shape == (3, 5)
+    assert np.all(np.isfinite(x))
+    assert np.all((x >= d.low) & (x <= d.high))
+
+
+@settings(max_examples=30, deadline=None)
+@given(values=st.lists(floats, min_size=1, max_size=5), seed=st.integers(0, 2**31 - 1))
+def test_choice_draws_only_its_values(values, seed):
+    x = np.asarray(C.Choice(values).sample(jax.random.key(seed), (32,)))
+    assert set(x.tolist()) <= set(np.asarray(values, np.float32).tolist())
+
+
+def test_choice_respects_probabilities():
+    x = np.asarray(C.Choice([-1.0, 1.0], [0.9, 0.1]).sample(jax.random.key(0), (20000,)))
+    assert abs((x == -1).mean() - 0.9) < 0.02
+
+
+@settings(max_examples=25, deadline=None)
+@given(low=st.floats(0.1, 1.0), width=st.floats(0, 2.0), seed=st.integers(0, 2**31 - 1))
+def test_space_samples_have_the_element_shapes(low, width, seed):
+    binding = _bind(
+        {
+            "gravity": C.Uniform(low, low + width),
+            "mass": C.Scale(low, low + width, per_element=True),
+            "friction": C.Uniform(low, low + width),
+        }
+    )
+    ctx = jax.jit(binding.sample)(jax.random.key(seed), binding.space)
+    assert ctx["gravity"].shape == () and ctx["friction"].shape == ()
+    assert ctx["mass"].shape == (SYS.num_links(),)
+    sys = binding.apply(ctx)
+    np.testing.assert_allclose(sys.geom_friction[:, 0], ctx["friction"])
+    np.testing.assert_allclose(sys.link.inertia.mass, SYS.link.inertia.mass * ctx["mass"], rtol=1e-6)
+    np.testing.assert_allclose(sys.body_mass[1:], sys.link.inertia.mass)
+
+
+def test_sampling_is_pure_and_vmappable():
+    binding = _bind({"gravity": C.Uniform(5.0, 15.0)})
+    keys = jax.random.split(jax.random.key(1), 16)
+    a = jax.jit(jax.vmap(binding.sample, in_axes=(0, None)))(keys, binding.space)
+    b = jax.vmap(binding.sample, in_axes=(0, None))(keys, binding.space)
+    np.testing.assert_array_equal(a["gravity"], b["gravity"])
+    assert len(set(np.asarray(a["gravity"]).tolist())) == 16
+
+
+def test_parameters_are_float32_leaves_not_weak_python_floats():
+    leaves = jax.tree.leaves(C.ContextSpace({"gravity": C.Uniform(5, 15)}))
+    assert all(isinstance(x, np.ndarray) and x.dtype == np.float32 for x in leaves)
+
+
+def test_mass_scales_inertia_and_derived_quantities():
+    binding = _bind({"mass": C.Fixed(2.0, relative=True)})
+    sys = binding.apply(binding.default_context() | {"mass": jnp.float32(2.0)})
+    np.testing.assert_allclose(sys.link.inertia.i, 2 * SYS.link.inertia.i, rtol=1e-6)
+    np.testing.assert_allclose(sys.body_inertia, 2 * SYS.body_inertia, rtol=1e-6)
+    np.testing.assert_allclose(sys.link.invweight, SYS.link.invweight / 2, rtol=1e-6)
+    np.testing.assert_allclose(sys.body_subtreemass, 2 * SYS.body_subtreemass, rtol=1e-6)
+
+
+def test_geom_size_scales_collision_bounds():
+    binding = _bind({"geom_size": C.Fixed(1.5, relative=True, per_element=True)}, "mjx")
+    sys = binding.apply({"geom_size": jnp.full((SYS.ngeom,), 1.5)})
+    np.testing.assert_allclose(sys.geom_rbound, 1.5 * SYS.geom_rbound, rtol=1e-6)
+    np.testing.assert_allclose(sys.geom_size, 1.5 * SYS.geom_size, rtol=1e-6)
+
+
+def test_viscosity_switches_the_mjx_fluid_model_on():
+    assert not SYS.opt._impl.has_fluid_params
+    binding = _bind({"viscosity": C.Uniform(0.0, 1.0)}, "mjx")
+    assert binding.sys.opt._impl.has_fluid_params
+
+
+def test_scaled_shrinks_about_the_centre_or_the_default():
+    space = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0), "mass": C.Scale(0.5, 1.5)})
+    narrow = space.scaled(0.1)
+    assert float(narrow["gravity"].low) == pytest.approx(9.5)
+    assert float(narrow["gravity"].high) == pytest.approx(10.5)
+    about_default = space.scaled(0.5, around={"gravity": 9.81, "mass": [3.0, 4.0]})
+    assert float(about_default["gravity"].low) == pytest.approx(9.81 - 0.5 * 4.81, rel=1e-5)
+    assert float(about_default["mass"].low) == pytest.approx(0.75)  # relative: about 1
+    assert jax.tree.structure(narrow) == jax.tree.structure(space)
+
+
+def test_intervals_are_finite():
+    space = C.ContextSpace({"g": C.Normal(9.8, 1.0), "m": C.Uniform(1, 2), "c": C.Choice([1, 3])})
+    iv = space.intervals()
+    assert iv["g"] == (pytest.approx(7.8), pytest.approx(11.8))
+    assert (float(iv["c"][0]), float(iv["c"][1])) == (1.0, 3.0)
+
+
+BAD = {
+    "unknown name lists valid names": (
+        lambda: _bind({"masss": C.Uniform(1, 2)}),
+        r"unknown context name 'masss'.*gravity, mass, inertia",
+    ),
+    "low > high": (lambda: C.Uniform(2.0, 1.0), "low <= high"),
+    "loguniform low <= 0": (lambda: C.LogUniform(0.0, 1.0), "low > 0"),
+    "negative std": (lambda: C.Normal(0.0, -1.0), "std >= 0"),
+    "negative truncated std": (lambda: C.TruncatedNormal(0.0, -1.0, -1, 1), "std >= 0"),
+    "probs do not sum to 1": (lambda: C.Choice([1, 2], [0.5, 0.6]), "sum to 1"),
+    "probs wrong length": (lambda: C.Choice([1, 2], [1.0]), "one probability per value"),
+    "empty choice": (lambda: C.Choice([]), "non-empty"),
+    "non-finite bound": (lambda: C.Uniform(0.0, float("inf")), "finite"),
+    "non-physical mass": (lambda: _bind({"mass": C.Uniform(-1.0, 2.0)}), r"mass values \(kg\) must be > 0"),
+    "zero mass scale": (lambda: _bind({"mass": C.Scale(0.0, 2.0)}), "must be > 0"),
+    "non-physical timestep": (
+        lambda: _bind({"timestep": C.Normal(0.01, 0.001)}),
+        "timestep values .* must be > 0",
+    ),
+    "non-physical size": (lambda: _bind({"geom_size": C.Scale(0.0, 1.0)}), "must be > 0"),
+    "absolute size": (lambda: _bind({"geom_size": C.Uniform(0.1, 0.2)}), "relative=True"),
+    "shape does not fit": (
+        lambda: _bind({"mass": C.Uniform([1.0, 2.0, 3.0], [2.0, 3.0, 4.0], per_element=True)}),
+        r"does not fit the field \(element shape \(1,\)\)",
+    ),
+    "array for a shared draw": (
+        lambda: _bind({"friction": C.Uniform([0.1, 0.1], [0.2, 0.2])}),
+        "per_element=True",
+    ),
+    "per element on a scalar": (
+        lambda: _bind({"gravity": C.Uniform(1.0, 2.0, per_element=True)}),
+        "single value",
+    ),
+    "viscosity on generalized": (
+        lambda: _bind({"viscosity": C.Uniform(0.0, 1.0)}, "generalized"),
+        "backend='mjx'",
+    ),
+    "relative scale of a zero default": (
+        lambda: _bind({"stiffness": C.Scale(0.5, 2.0)}),
+        "default is 0 everywhere",
+    ),
+    "raw path the backend never reads": (
+        lambda: _bind({"body_mass": C.Uniform(1.0, 2.0)}, "generalized"),
+        "never reads 'body_mass'",
+    ),
+    "raw path index out of range": (
+        lambda: _bind({"geom_friction[:, 7]": C.Uniform(1.0, 2.0)}),
+        "index does not fit",
+    ),
+    "raw path not a float array": (
+        lambda: _bind({"body_parentid": C.Uniform(1.0, 2.0)}),
+        "not a float array",
+    ),
+    "not a distribution": (lambda: C.ContextSpace({"gravity": (1.0, 2.0)}), "expected a distribution"),
+    "bad flag": (lambda: C.Uniform(1.0, 2.0, relative="yes"), "True or False"),
+    "scaled about defaults that differ": (
+        lambda: C.ContextSpace({"friction": C.Uniform(0.1, 1.0)}).scaled(0.5, around={"friction": [1.0, 2.0]}),
+        "defaults differ",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
+def test_bad_input_raises_a_clear_value_error(case):
+    make, message = BAD[case]
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_mass_on_a_spring_env_that_ignores_masses_raises():
+    from brax import envs as brax_envs
+
+    hopper = brax_envs.get_environment("hopper", backend="spring")
+    with pytest.raises(ValueError, match="spring_mass_scale"):
+        _bind({"mass": C.Scale(0.5, 1.5)}, "spring", hopper.sys)
+
+
+def test_check_ranges_rejects_other_names_kinds_and_shapes():
+    binding = _bind({"gravity": C.Uniform(5.0, 15.0), "mass": C.Scale(0.5, 1.5)})
+    ok = C.ContextSpace({"gravity": C.Uniform(8.0, 9.0), "mass": C.Scale(0.9, 1.1)})
+    assert binding.check_ranges(ok) is ok
+    with pytest.raises(ValueError, match="same names"):
+        binding.check_ranges(C.ContextSpace({"gravity": C.Uniform(8.0, 9.0)}))
+    with pytest.raises(ValueError, match="distribution kind"):
+        binding.check_ranges(C.ContextSpace({"gravity": C.Normal(8.0, 1.0), "mass": C.Scale(0.9, 1.1)}))
+    with pytest.raises(ValueError, match="must be > 0"):
+        binding.check_ranges(C.ContextSpace({"gravity": C.Uniform(8.0, 9.0), "mass": C.Scale(-1.0, 1.1)}))

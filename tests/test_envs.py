@@ -1,0 +1,198 @@
+"""ContextualEnv: the contract on several envs and backends, trials, truncation,
+visible contexts, range replacement without recompiling, non-finite states."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from toy_env import Puck
+
+from metarl import contexts as C
+from metarl.compilation import count_compilations
+from metarl.envs import CONTEXT, TRIAL, ContractError, check_env, make_contextual
+
+PENDULUM_SPACE = C.ContextSpace(
+    {
+        "gravity": C.Uniform(6.0, 14.0),
+        "mass": C.Scale(0.5, 1.5, per_element=True),
+        "actuator_gain": C.Choice([-1.0, 1.0], relative=True),
+    }
+)
+
+
+@pytest.mark.parametrize(
+    "name,backend,space,kwargs",
+    [
+        ("inverted_pendulum", "generalized", PENDULUM_SPACE, {"episodes_per_trial": 2}),
+        ("inverted_pendulum", "mjx", PENDULUM_SPACE, {"visible_context": True}),
+        (
+            "hopper",
+            "generalized",
+            C.ContextSpace(
+                {"mass": C.Scale(0.7, 1.3, per_element=True), "friction": C.Uniform(0.5, 1.5)}
+            ),
+            {"episode_length": 100},
+        ),
+        (
+            "puck",
+            "spring",
+            C.ContextSpace({"elasticity": C.Uniform(0.0, 0.5), "gravity": C.Uniform(5.0, 12.0)}),
+            {"episode_length": 20, "visible_context": "privileged"},
+        ),
+    ],
+    ids=["pendulum-generalized", "pendulum-mjx", "hopper-generalized", "puck-spring"],
+)
+def test_contract(name, backend, space, kwargs):
+    env = Puck(backend=backend) if name == "puck" else name
+    env = make_contextual(env, space, **({} if name == "puck" else {"backend": backend}), **kwargs)
+    report = check_env(env, num_envs=8, max_steps=120)
+    assert report["trials_ended"] > 0
+
+
+def test_check_env_catches_a_broken_env():
+    """A context that is shared by all envs violates the contract."""
+    env = make_contextual("inverted_pendulum", PENDULUM_SPACE)
+    broken_reset = env.reset
+    env.reset = lambda rng, ranges=None: broken_reset(jax.random.key(0), ranges)
+    with pytest.raises(ContractError, match="identical in all"):
+        check_env(env, num_envs=4, max_steps=20)
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    """Episodes of 5 steps, trials of 3 episodes, gravity visible in the observation."""
+    space = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)})
+    env = make_contextual(
+        "inverted_pendulum", space, episode_length=5, episodes_per_trial=3, visible_context=True
+    )
+    n = 6
+
+    @jax.jit
+    def rollout(key, ranges, actions):
+        state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, n), ranges)
+
+        def body(s, a):
+            s = jax.vmap(env.step)(s, jnp.broadcast_to(a, (n, 1)))
+            t = s.info[TRIAL]
+            return s, (s.obs, s.done, t.truncated, t.new_trial, s.info[CONTEXT]["gravity"], t.final_obs)
+
+        return jax.lax.scan(body, state, actions)
+
+    return env, rollout
+
+
+def test_time_limit_truncates_and_trials_span_episodes(pendulum):
+    env, rollout = pendulum
+    _, (obs, done, truncated, new_trial, gravity, final_obs) = rollout(
+        jax.random.key(0), env.space, jnp.zeros((30, 1))
+    )
+    done, truncated, new_trial = np.asarray(done), np.asarray(truncated), np.asarray(new_trial)
+    # Zero action keeps the pole up for 5 steps: every episode is truncated at step 5.
+    assert np.all(done[4::5] == 1) and done.sum() == done[4::5].sum()
+    np.testing.assert_array_equal(truncated, done)
+    # A new trial every 3 episodes = every 15 steps; gravity changes only there.
+    np.testing.assert_array_equal(new_trial[14::15], 1)
+    assert new_trial.sum() == new_trial[14::15].sum()
+    g = np.asarray(gravity)
+    assert np.all(g[14] != g[13]) and np.all(g[4] == g[3]) and np.all(g[9] == g[8])
+    # Visible context: the last observation entry is the normalised gravity.
+    np.testing.assert_allclose(np.asarray(obs)[..., -1], (g - 10.0) / 5.0, rtol=1e-5)
+    # The final observation of an episode is not the reset observation that replaces it.
+    assert not np.allclose(np.asarray(final_obs)[4], np.asarray(obs)[4])
+
+
+def test_termination_is_not_truncation(pendulum):
+    env, rollout = pendulum
+    _, (_, done, truncated, _, _, _) = rollout(jax.random.key(0), env.space, jnp.ones((30, 1)))
+    done, truncated = np.asarray(done), np.asarray(truncated)
+    terminated = done * (1 - truncated)
+    assert terminated[:4].sum() > 0  # full throttle topples the pole before the time limit
+    assert np.all(truncated <= done)
+
+
+def test_new_ranges_apply_without_recompiling(pendulum):
+    env, rollout = pendulum
+    rollout(jax.random.key(0), env.space, jnp.zeros((30, 1)))  # compiled
+    narrow = C.ContextSpace({"gravity": C.Uniform(20.0, 20.5)})
+    with count_compilations() as compiles:
+        _, (*_, gravity, _) = rollout(jax.random.key(1), narrow, jnp.zeros((30, 1)))
+        jax.block_until_ready(gravity)
+    assert compiles.count == 0
+    g = np.asarray(gravity)
+    assert np.all((g >= 20.0) & (g <= 20.5))
+
+
+def test_set_ranges_reaches_the_next_trial():
+    env = make_contextual("inverted_pendulum", C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)}), episode_length=3)
+    state = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.key(0), 4))
+    state = env.set_ranges(state, C.ContextSpace({"gravity": C.Uniform(30.0, 31.0)}))
+    step = jax.jit(jax.vmap(env.step))
+    for _ in range(3):
+        state = step(state, jnp.zeros((4, 1)))
+    g = np.asarray(state.info[CONTEXT]["gravity"])
+    assert np.all((g >= 30.0) & (g <= 31.0))
+    with pytest.raises(ValueError, match="same names"):
+        env.set_ranges(state, C.ContextSpace({"mass": C.Scale(0.5, 1.0)}))
+
+
+def test_privileged_observation_is_a_dict():
+    env = make_contextual("inverted_pendulum", PENDULUM_SPACE, visible_context="privileged")
+    state = env.reset(jax.random.key(0))
+    assert set(state.obs) == {"state", "privileged"}
+    assert env.observation_size == {"state": 4, "privileged": 1 + 2 + 1}
+    assert state.obs["privileged"].shape == (4,)
+
+
+def test_non_finite_state_is_cut_and_reported():
+    """A stiff spring with a long timestep blows up: the env must report it, not train on NaN."""
+    env = make_contextual(
+        Puck(), C.ContextSpace({"stiffness": C.Fixed(1e4), "timestep": C.Fixed(0.2)})
+    )
+
+    @jax.jit
+    def run(key):
+        s = env.reset(key)
+
+        def body(s, _):
+            s = env.step(s, jnp.ones(1))
+            return s, (s.obs, s.reward, s.done, s.info[TRIAL].nonfinite, s.info[TRIAL].final_obs)
+
+        return jax.lax.scan(body, s, None, length=60)[1]
+
+    obs, reward, done, nonfinite, final_obs = run(jax.random.key(0))
+    assert float(np.asarray(nonfinite).sum()) > 0
+    assert np.all(np.asarray(done)[np.asarray(nonfinite) > 0] == 1)
+    for x in (obs, reward, final_obs):
+        assert np.all(np.isfinite(np.asarray(x)))
+
+
+def test_raw_and_typed_keys_give_the_same_state():
+    env = make_contextual("inverted_pendulum", PENDULUM_SPACE)
+    a = env.reset(jax.random.key(3))
+    b = env.reset(jax.random.PRNGKey(3))
+    np.testing.assert_array_equal(a.obs, b.obs)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"env": "hoper"}, "unknown Brax env 'hoper'.*hopper"),
+        ({"episode_length": 0}, "episode_length must be an integer >= 1"),
+        ({"episodes_per_trial": 1.5}, "episodes_per_trial must be an integer"),
+        ({"visible_context": "yes"}, "visible_context must be one of"),
+        ({"env": Puck(backend="mjx"), "backend": "generalized"}, "differs from the instance"),
+        ({"env": Puck(), "n_frames": 3}, "only apply to an env given by name"),
+        ({"backend": "warp"}, "backend should be in"),
+    ],
+)
+def test_bad_arguments_raise(kwargs, message):
+    args = {"env": "inverted_pendulum", "space": PENDULUM_SPACE} | kwargs
+    with pytest.raises(ValueError, match=message):
+        make_contextual(args.pop("env"), args.pop("space"), **args)
+
+
+def test_wrapped_env_is_refused():
+    from brax.envs.wrappers.training import EpisodeWrapper
+
+    with pytest.raises(ValueError, match="unwrapped"):
+        make_contextual(EpisodeWrapper(Puck(), 10, 1), PENDULUM_SPACE)
