@@ -98,6 +98,8 @@ class Distribution:
                 f"got relative={self.relative!r}, per_element={self.per_element!r}"
             )
         values = [getattr(self, f) for f in self._numeric]
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(values)):
+            return  # built inside jit/vmap: validated where the numbers are concrete
         if not all(_is_concrete(v) for v in values):
             raise ValueError(
                 f"{type(self).__name__} needs numbers or arrays for {', '.join(self._numeric)}; "
@@ -148,9 +150,26 @@ class Distribution:
         c = self.centre() if centre is None else np.asarray(centre, np.float32)
         return self._rescaled(f, c)
 
+    def pin(self, value: Any) -> Distribution:
+        """A distribution of the same kind and shapes that always draws `value`."""
+        raise NotImplementedError
+
     def numbers(self) -> dict[str, np.ndarray]:
         """The numeric parameters by name (host copies)."""
         return {f: np.asarray(getattr(self, f)) for f in self._numeric}
+
+
+def _fit(value, like):
+    """`value` broadcast to the shape of parameter `like`, or a clear error."""
+    if isinstance(value, jax.core.Tracer):
+        return jnp.broadcast_to(value.astype(jnp.float32), np.shape(like))
+    try:
+        return np.broadcast_to(np.asarray(value, np.float32), np.shape(like)).copy()
+    except ValueError:
+        raise ValueError(
+            f"cannot pin to a value of shape {np.shape(value)}: this distribution's parameters "
+            f"have shape {np.shape(like)}"
+        ) from None
 
 
 def _move(x, c, f):
@@ -182,6 +201,9 @@ class Uniform(Distribution):
 
     def _rescaled(self, f, c):
         return dataclasses.replace(self, low=_move(self.low, c, f), high=_move(self.high, c, f))
+
+    def pin(self, value):
+        return dataclasses.replace(self, low=_fit(value, self.low), high=_fit(value, self.high))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,6 +246,9 @@ class LogUniform(Distribution):
             high=np.exp(_move(np.log(self.high), lc, f)),
         )
 
+    def pin(self, value):
+        return dataclasses.replace(self, low=_fit(value, self.low), high=_fit(value, self.high))
+
 
 @dataclasses.dataclass(frozen=True)
 class Normal(Distribution):
@@ -255,6 +280,9 @@ class Normal(Distribution):
 
     def _rescaled(self, f, c):
         return dataclasses.replace(self, mean=_move(self.mean, c, f), std=f * np.asarray(self.std))
+
+    def pin(self, value):
+        return dataclasses.replace(self, mean=_fit(value, self.mean), std=_fit(0.0, self.std))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,6 +325,15 @@ class TruncatedNormal(Distribution):
             std=f * np.asarray(self.std),
             low=_move(self.low, c, f),
             high=_move(self.high, c, f),
+        )
+
+    def pin(self, value):
+        return dataclasses.replace(
+            self,
+            mean=_fit(value, self.mean),
+            std=_fit(0.0, self.std),
+            low=_fit(value, self.low),
+            high=_fit(value, self.high),
         )
 
 
@@ -346,6 +383,11 @@ class Choice(Distribution):
     def _rescaled(self, f, c):
         return dataclasses.replace(self, values=_move(self.values, c, f))
 
+    def pin(self, value):
+        if np.ndim(value):
+            raise ValueError(f"Choice draws one value for all elements; pin it to a number, got {value!r}")
+        return dataclasses.replace(self, values=_fit(value, self.values))
+
 
 @dataclasses.dataclass(frozen=True)
 class Fixed(Distribution):
@@ -367,6 +409,9 @@ class Fixed(Distribution):
 
     def _rescaled(self, f, c):
         return dataclasses.replace(self, value=_move(self.value, c, f))
+
+    def pin(self, value):
+        return dataclasses.replace(self, value=_fit(value, self.value))
 
 
 def Scale(low: Any, high: Any, per_element: bool = False) -> Uniform:  # noqa: N802

@@ -97,6 +97,20 @@ class ContextSpace(Mapping):
             out[name] = dist.scaled(f, centre)
         return ContextSpace(out)
 
+    def pinned(self, values: Mapping[str, Any]) -> ContextSpace:
+        """The same names, kinds and shapes, every distribution degenerate at `values[name]`.
+
+        Names missing from `values` keep their distribution. The result is a
+        valid set of ranges for an env built on this space (no recompilation):
+        evaluation and ADR use it to run episodes in chosen contexts.
+        """
+        unknown = set(values) - set(self._dists)
+        if unknown:
+            raise ValueError(f"pinned(): unknown names {sorted(unknown)}; valid: {list(self._dists)}")
+        return ContextSpace(
+            {n: d.pin(values[n]) if n in values else d for n, d in self._dists.items()}
+        )
+
     def intervals(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """A finite (low, high) per name: the support, or mean +- 2 std for Normal."""
         out = {}
