@@ -60,6 +60,12 @@ def _system(env: PipelineEnv, sys):
         env.sys = old
 
 
+def _strong(tree):
+    """Drops JAX weak types (a Python float in env code) so that states keep one
+    signature from call to call: a weak-typed leaf would recompile the trainer."""
+    return jax.tree.map(lambda x: jax.lax.convert_element_type(x, jnp.result_type(x)), tree)
+
+
 def _finite(tree) -> jax.Array:
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
@@ -135,7 +141,7 @@ class ContextualEnv(Env):
             final_obs=obs,
         )
         info = {**first.info, CONTEXT: context, TRIAL: trial}
-        return State(first.pipeline_state, obs, zero, zero, first.metrics, info)
+        return _strong(State(first.pipeline_state, obs, zero, zero, first.metrics, info))
 
     def step(self, state: State, action: jax.Array) -> State:
         trial: TrialInfo = state.info[TRIAL]
@@ -172,7 +178,9 @@ class ContextualEnv(Env):
             final_obs=final_obs,
         )
         info = {**nstate.info, CONTEXT: context, TRIAL: trial}
-        return nstate.replace(pipeline_state=pipeline_state, obs=obs, reward=reward, done=done, info=info)
+        return _strong(
+            nstate.replace(pipeline_state=pipeline_state, obs=obs, reward=reward, done=done, info=info)
+        )
 
     def set_ranges(self, state: State, ranges: ContextSpace) -> State:
         """Replaces the ranges new contexts are drawn from, for every env in `state`.

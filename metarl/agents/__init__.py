@@ -1,0 +1,1 @@
+"""Agents: PPO (feed-forward or recurrent) in compile-once segments."""
