@@ -20,7 +20,6 @@ import dataclasses
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import tyro
 from brax import envs as brax_envs
@@ -59,7 +58,9 @@ def _brax_randomizer(num_envs: int):
         keys = jax.random.split(jax.random.PRNGKey(7), 3)
         g = jax.random.uniform(keys[0], (num_envs,), minval=GRAVITY[0], maxval=GRAVITY[1])
         m = jax.random.uniform(keys[1], (num_envs, sys.num_links()), minval=MASS[0], maxval=MASS[1])
-        f = jax.random.uniform(keys[2], (num_envs, sys.ngeom), minval=FRICTION[0], maxval=FRICTION[1])
+        f = jax.random.uniform(
+            keys[2], (num_envs, sys.ngeom), minval=FRICTION[0], maxval=FRICTION[1]
+        )
         fields = {
             "gravity": sys.gravity * g[:, None],
             "opt.gravity": sys.opt.gravity * g[:, None],
@@ -100,7 +101,9 @@ def _variants(name: str, cfg: Config):
         episode_length=1000,
         randomization_fn=_brax_randomizer(n),
     )
-    ctx = make_contextual(name, _space(), episode_length=1000, reset_chunk=cfg.reset_chunk, **kwargs)
+    ctx = make_contextual(
+        name, _space(), episode_length=1000, reset_chunk=cfg.reset_chunk, **kwargs
+    )
     return {
         "plain": _rollout(lambda k: plain.reset(raw_keys(k)), plain.step, plain.action_size, cfg),
         "brax_dr": _rollout(lambda k: dr.reset(raw_keys(k)), dr.step, dr.action_size, cfg),
@@ -131,13 +134,20 @@ def bench(name: str, cfg: Config) -> None:
             jax.block_until_ready(run(k))
             times[label].append(time.perf_counter() - t0)
     base = np.asarray(times["plain"])
-    print(f"\n{name} ({cfg.backend or 'default backend'}), {cfg.num_envs} envs, {cfg.steps} steps x {cfg.rounds} paired rounds")
-    print(f"{'variant':<12}{'steps/s':>12}{'ratio (median, min-max)':>28}{'compile s':>11}{'ratio':>7}{'dones/step':>12}")
+    print(
+        f"\n{name} ({cfg.backend or 'default backend'}), {cfg.num_envs} envs, "
+        f"{cfg.steps} steps x {cfg.rounds} paired rounds"
+    )
+    print(
+        f"{'variant':<12}{'steps/s':>12}{'ratio (median, min-max)':>28}"
+        f"{'compile s':>11}{'ratio':>7}{'dones/step':>12}"
+    )
     for label, ts in times.items():
         ratios = base / np.asarray(ts)
         sps = cfg.num_envs * cfg.steps / np.median(ts)
         print(
-            f"{label:<12}{sps:>12,.0f}{np.median(ratios):>12.3f} ({ratios.min():.3f}-{ratios.max():.3f})"
+            f"{label:<12}{sps:>12,.0f}{np.median(ratios):>12.3f} "
+            f"({ratios.min():.3f}-{ratios.max():.3f})"
             f"{compile_s[label]:>11.1f}{compile_s[label] / compile_s['plain']:>7.2f}"
             f"{dones[label] / cfg.steps:>12.1f}"
         )

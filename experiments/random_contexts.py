@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import tyro
 
@@ -51,13 +50,18 @@ def main(cfg: Config) -> None:
 
     state, (done, returns) = rollout(state, jax.random.key(cfg.seed + 1))
     done, returns = np.asarray(done), np.asarray(returns)
-    print(f"{'env':>4} {'gravity':>8} {'mass scale per body':>24} {'episodes':>9} {'mean return':>12}")
+    print(
+        f"{'env':>4} {'gravity':>8} {'mass scale per body':>24} {'episodes':>9} {'mean return':>12}"
+    )
     for i in range(cfg.num_envs):
         ended = returns[done[:, i] > 0, i]
         mass = " ".join(f"{m:.2f}" for m in first["mass"][i])
         mean = f"{ended.mean():12.1f}" if len(ended) else f"{'-':>12}"
         print(f"{i:>4} {first['gravity'][i]:8.2f} {mass:>24} {len(ended):>9} {mean}")
-    print(f"contexts now (after resampling): gravity {np.round(np.asarray(state.info[CONTEXT]['gravity']), 2)}")
+    print(
+        "contexts now (after resampling): gravity",
+        np.round(np.asarray(state.info[CONTEXT]["gravity"]), 2),
+    )
 
 
 if __name__ == "__main__":

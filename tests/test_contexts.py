@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from toy_env import Puck
 
 from metarl import contexts as C
+from metarl.envs.toy import Puck
 
 SYS = Puck().sys
 floats = st.floats(-100, 100, allow_nan=False, width=32)
@@ -79,7 +79,9 @@ def test_space_samples_have_the_element_shapes(low, width, seed):
     assert ctx["mass"].shape == (SYS.num_links(),)
     sys = binding.apply(ctx)
     np.testing.assert_allclose(sys.geom_friction[:, 0], ctx["friction"])
-    np.testing.assert_allclose(sys.link.inertia.mass, SYS.link.inertia.mass * ctx["mass"], rtol=1e-6)
+    np.testing.assert_allclose(
+        sys.link.inertia.mass, SYS.link.inertia.mass * ctx["mass"], rtol=1e-6
+    )
     np.testing.assert_allclose(sys.body_mass[1:], sys.link.inertia.mass)
 
 
@@ -150,7 +152,10 @@ BAD = {
     "probs wrong length": (lambda: C.Choice([1, 2], [1.0]), "one probability per value"),
     "empty choice": (lambda: C.Choice([]), "non-empty"),
     "non-finite bound": (lambda: C.Uniform(0.0, float("inf")), "finite"),
-    "non-physical mass": (lambda: _bind({"mass": C.Uniform(-1.0, 2.0)}), r"mass values \(kg\) must be > 0"),
+    "non-physical mass": (
+        lambda: _bind({"mass": C.Uniform(-1.0, 2.0)}),
+        r"mass values \(kg\) must be > 0",
+    ),
     "zero mass scale": (lambda: _bind({"mass": C.Scale(0.0, 2.0)}), "must be > 0"),
     "non-physical timestep": (
         lambda: _bind({"timestep": C.Normal(0.01, 0.001)}),
@@ -190,10 +195,15 @@ BAD = {
         lambda: _bind({"body_parentid": C.Uniform(1.0, 2.0)}),
         "not a float array",
     ),
-    "not a distribution": (lambda: C.ContextSpace({"gravity": (1.0, 2.0)}), "expected a distribution"),
+    "not a distribution": (
+        lambda: C.ContextSpace({"gravity": (1.0, 2.0)}),
+        "expected a distribution",
+    ),
     "bad flag": (lambda: C.Uniform(1.0, 2.0, relative="yes"), "True or False"),
     "scaled about defaults that differ": (
-        lambda: C.ContextSpace({"friction": C.Uniform(0.1, 1.0)}).scaled(0.5, around={"friction": [1.0, 2.0]}),
+        lambda: C.ContextSpace({"friction": C.Uniform(0.1, 1.0)}).scaled(
+            0.5, around={"friction": [1.0, 2.0]}
+        ),
         "defaults differ",
     ),
 }
@@ -221,6 +231,10 @@ def test_check_ranges_rejects_other_names_kinds_and_shapes():
     with pytest.raises(ValueError, match="same names"):
         binding.check_ranges(C.ContextSpace({"gravity": C.Uniform(8.0, 9.0)}))
     with pytest.raises(ValueError, match="distribution kind"):
-        binding.check_ranges(C.ContextSpace({"gravity": C.Normal(8.0, 1.0), "mass": C.Scale(0.9, 1.1)}))
+        binding.check_ranges(
+            C.ContextSpace({"gravity": C.Normal(8.0, 1.0), "mass": C.Scale(0.9, 1.1)})
+        )
     with pytest.raises(ValueError, match="must be > 0"):
-        binding.check_ranges(C.ContextSpace({"gravity": C.Uniform(8.0, 9.0), "mass": C.Scale(-1.0, 1.1)}))
+        binding.check_ranges(
+            C.ContextSpace({"gravity": C.Uniform(8.0, 9.0), "mass": C.Scale(-1.0, 1.1)})
+        )

@@ -5,11 +5,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from toy_env import Puck
 
 from metarl import contexts as C
 from metarl.compilation import count_compilations
 from metarl.envs import CONTEXT, TRIAL, ContractError, check_env, make_contextual
+from metarl.envs.toy import Puck
 
 PENDULUM_SPACE = C.ContextSpace(
     {
@@ -74,7 +74,14 @@ def pendulum():
         def body(s, a):
             s = jax.vmap(env.step)(s, jnp.broadcast_to(a, (n, 1)))
             t = s.info[TRIAL]
-            return s, (s.obs, s.done, t.truncated, t.new_trial, s.info[CONTEXT]["gravity"], t.final_obs)
+            return s, (
+                s.obs,
+                s.done,
+                t.truncated,
+                t.new_trial,
+                s.info[CONTEXT]["gravity"],
+                t.final_obs,
+            )
 
         return jax.lax.scan(body, state, actions)
 
@@ -123,7 +130,9 @@ def test_new_ranges_apply_without_recompiling(pendulum):
 
 
 def test_set_ranges_reaches_the_next_trial():
-    env = make_contextual("inverted_pendulum", C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)}), episode_length=3)
+    env = make_contextual(
+        "inverted_pendulum", C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)}), episode_length=3
+    )
     state = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.key(0), 4))
     state = env.set_ranges(state, C.ContextSpace({"gravity": C.Uniform(30.0, 31.0)}))
     step = jax.jit(jax.vmap(env.step))

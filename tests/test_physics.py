@@ -10,11 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from brax import envs as brax_envs
-from toy_env import Puck
 
 from metarl import contexts as C
 from metarl.contexts.quantities import QUANTITIES
 from metarl.envs import CONTEXT, TRIAL, make_contextual
+from metarl.envs.toy import Puck
 
 STEPS = 40
 # name -> (relative?, per_element?, perturbation of the default values)
@@ -57,7 +57,9 @@ class Rollouts:
 
     def __init__(self, backend):
         self.backend = backend
-        probe = make_contextual(Puck(backend=backend), _space(_placeholders(Puck(backend=backend), backend), backend))
+        probe = make_contextual(
+            Puck(backend=backend), _space(_placeholders(Puck(backend=backend), backend), backend)
+        )
         self.defaults = probe.default_context()
         self.env = make_contextual(Puck(backend=backend), _space(self.defaults, backend))
         actions = jnp.sin(jnp.arange(STEPS) / 5.0)[:, None]
@@ -144,7 +146,9 @@ def test_stronger_gravity_topples_the_pendulum_sooner(pendulum_fall_time):
     "make_env",
     [
         pytest.param(lambda b: Puck(backend=b), id="puck"),
-        pytest.param(lambda b: brax_envs.get_environment("inverted_pendulum", backend=b), id="pendulum"),
+        pytest.param(
+            lambda b: brax_envs.get_environment("inverted_pendulum", backend=b), id="pendulum"
+        ),
     ],
 )
 @pytest.mark.parametrize("backend", ["generalized", "mjx"])
@@ -158,7 +162,9 @@ def test_default_context_reproduces_plain_brax(make_env, backend):
     @jax.jit
     def both(key):
         start = env.reset(key)
-        base = start.replace(info={k: v for k, v in start.info.items() if k not in (CONTEXT, TRIAL)})
+        base = start.replace(
+            info={k: v for k, v in start.info.items() if k not in (CONTEXT, TRIAL)}
+        )
 
         def body(carry, a):
             s, b = carry
@@ -177,7 +183,9 @@ def test_default_context_reproduces_plain_brax(make_env, backend):
 
 def _placeholders(env, backend):
     """Values of the right shapes, to build a probe env that reports the true defaults."""
-    return {n: QUANTITIES[n].default(env.sys) if PERTURB[n][1] else 1.0 for n in _supported(backend)}
+    return {
+        n: QUANTITIES[n].default(env.sys) if PERTURB[n][1] else 1.0 for n in _supported(backend)
+    }
 
 
 def test_raw_path_reaches_the_physics():

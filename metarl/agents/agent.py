@@ -59,7 +59,11 @@ class Agent:
 
     def towers(self) -> tuple[Tower, Tower]:
         policy = Tower(
-            self.policy_hidden, self.core, self.hidden_size, (), self.head.param_size(self.action_size)
+            self.policy_hidden,
+            self.core,
+            self.hidden_size,
+            (),
+            self.head.param_size(self.action_size),
         )
         value = Tower(self.value_hidden, self.core, self.hidden_size, (), 1)
         return policy, value

@@ -8,11 +8,10 @@ code path. Cores come from a registry, not from a chain of conditionals.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 
 class MLP(nn.Module):
@@ -79,5 +78,3 @@ class Tower(nn.Module):
             carry = jax.tree.map(lambda c, z: c * keep + z * (1.0 - keep), carry, fresh)
             carry, h = CORES[self.core](self.hidden)(carry, h)
         return carry, MLP(tuple(self.head) + (self.out,))(h)
-
-

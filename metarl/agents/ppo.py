@@ -26,7 +26,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -76,7 +77,13 @@ class PPOConfig:
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("num_envs", "unroll_length", "num_minibatches", "num_updates_per_batch", "hidden_size"):
+        for name in (
+            "num_envs",
+            "unroll_length",
+            "num_minibatches",
+            "num_updates_per_batch",
+            "hidden_size",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"PPOConfig.{name} must be an integer >= 1, got {value!r}")
@@ -93,7 +100,9 @@ class PPOConfig:
                 f"got {self.action_distribution!r}"
             )
         if self.returns_span not in RETURNS_SPANS:
-            raise ValueError(f"returns_span must be one of {RETURNS_SPANS}, got {self.returns_span!r}")
+            raise ValueError(
+                f"returns_span must be one of {RETURNS_SPANS}, got {self.returns_span!r}"
+            )
         if not 0 < self.discounting <= 1 or not 0 <= self.gae_lambda <= 1:
             raise ValueError(
                 f"need 0 < discounting <= 1 and 0 <= gae_lambda <= 1, got {self.discounting}, "
@@ -256,7 +265,9 @@ def _loss(agent, config, params, normalizer, data: Transition, advantages, retur
     def step(cores, x):
         obs, carry = x
         carry = carry.replace(policy=cores[0], value=cores[1])
-        p_core, dist = jax.vmap(lambda o, c: agent.policy_params(params, normalizer, o, c))(obs, carry)
+        p_core, dist = jax.vmap(lambda o, c: agent.policy_params(params, normalizer, o, c))(
+            obs, carry
+        )
         v_core, value = jax.vmap(lambda o, c: agent.value(params, normalizer, o, c))(obs, carry)
         return (p_core, v_core), (dist, value)
 
@@ -266,7 +277,11 @@ def _loss(agent, config, params, normalizer, data: Transition, advantages, retur
     terms = losses.ppo_losses(
         log_prob, data.log_prob, advantages, values, returns, entropy, config.clipping_epsilon
     )
-    total = terms["policy_loss"] + config.value_loss_coef * terms["value_loss"] - config.entropy_cost * terms["entropy"]
+    total = (
+        terms["policy_loss"]
+        + config.value_loss_coef * terms["value_loss"]
+        - config.entropy_cost * terms["entropy"]
+    )
     return total, terms
 
 
@@ -280,7 +295,9 @@ def _sgd(agent, config, optimizer, ts: TrainingState, normalizer, data, advantag
         params, opt_state, key = carry
         key, sub = jax.random.split(key)
         pick = lambda x: jnp.take(x, idx, axis=1)  # noqa: E731
-        grads, terms = grad_fn(params, jax.tree.map(pick, data), pick(advantages), pick(returns), sub)
+        grads, terms = grad_fn(
+            params, jax.tree.map(pick, data), pick(advantages), pick(returns), sub
+        )
         grads = jax.lax.pmean(grads, AXIS)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state, key), terms
@@ -361,7 +378,9 @@ def _iterate_fn(env, agent, config, optimizer):
 def make_train_space(env: ContextualEnv, config: PPOConfig) -> TrainSpace:
     """Builds and jits every training function once for `env` and `config`."""
     if not isinstance(env, ContextualEnv):
-        raise ValueError(f"env must be a metarl ContextualEnv (make_contextual), got {type(env).__name__}")
+        raise ValueError(
+            f"env must be a metarl ContextualEnv (make_contextual), got {type(env).__name__}"
+        )
     if not isinstance(config, PPOConfig):
         raise ValueError(f"config must be a PPOConfig, got {type(config).__name__}")
     mesh = data_mesh()
@@ -372,7 +391,9 @@ def make_train_space(env: ContextualEnv, config: PPOConfig) -> TrainSpace:
         )
     agent = _agent(env, config)
     optimizer = optax.chain(
-        optax.clip_by_global_norm(config.max_grad_norm) if config.max_grad_norm else optax.identity(),
+        optax.clip_by_global_norm(config.max_grad_norm)
+        if config.max_grad_norm
+        else optax.identity(),
         optax.adam(config.learning_rate),
     )
     replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P(AXIS))
@@ -414,20 +435,34 @@ def make_train_space(env: ContextualEnv, config: PPOConfig) -> TrainSpace:
         optimizer=optimizer,
         init_training=jax.jit(init_training, out_shardings=replicated),
         init_env=jax.jit(init_env, out_shardings=sharded),
-        set_ranges=jax.jit(env.set_ranges, out_shardings=sharded, donate_argnums=0),
+        set_ranges=jax.jit(
+            lambda es, ranges: es.replace(env=env.set_ranges(es.env, ranges)),
+            out_shardings=sharded,
+            donate_argnums=0,
+        ),
         iterate=jax.jit(iterate, donate_argnums=(0, 1)),
     )
 
 
 def _metric_names():
     return (
-        "episodes", "return_sum", "length_sum", "nonfinite_episodes", *_PER_ENV,
-        "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
+        "episodes",
+        "return_sum",
+        "length_sum",
+        "nonfinite_episodes",
+        *_PER_ENV,
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clip_fraction",
     )
 
 
 def _normalizer_state(obs):
-    state = running_statistics.init_state(jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), obs))
+    state = running_statistics.init_state(
+        jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), obs)
+    )
     return state.replace(std_eps=jnp.float32(state.std_eps))
 
 
@@ -437,7 +472,7 @@ def init_training_state(space: TrainSpace, key: jax.Array) -> TrainingState:
 
 
 def _per_env_ranges(space: TrainSpace, context: ContextSpace | None) -> ContextSpace:
-    """Validated ranges with a leading [num_envs] axis on every leaf (one signature, one compile)."""
+    """Validated ranges with a leading [num_envs] axis on every leaf (one signature)."""
     env, n = space.env, space.config.num_envs
     context = env.space if context is None else context
     if not isinstance(context, ContextSpace):
@@ -448,9 +483,11 @@ def _per_env_ranges(space: TrainSpace, context: ContextSpace | None) -> ContextS
         env.binding.check_ranges(context)
         leaves = [np.broadcast_to(x, (n,) + x.shape) for x in leaves]
     elif [x.shape for x in leaves] == [(n,) + s for s in base]:
-        rows = np.unique(np.concatenate([x.reshape(n, -1) for x in leaves], 1), axis=0, return_index=True)[1]
+        rows = np.unique(
+            np.concatenate([x.reshape(n, -1) for x in leaves], 1), axis=0, return_index=True
+        )[1]
         for i in rows:  # per-env ranges (ADR): validate each distinct row once
-            env.binding.check_ranges(jax.tree.map(lambda x: np.asarray(x)[i], context))
+            env.binding.check_ranges(jax.tree.map(lambda x, i=i: np.asarray(x)[i], context))
     else:
         raise ValueError(
             "context leaves must have the env space's shapes (shared ranges) or a leading "
@@ -459,7 +496,9 @@ def _per_env_ranges(space: TrainSpace, context: ContextSpace | None) -> ContextS
     return jax.tree.unflatten(jax.tree.structure(env.space), leaves)
 
 
-def init_env_state(space: TrainSpace, key: jax.Array, context: ContextSpace | None = None) -> EnvState:
+def init_env_state(
+    space: TrainSpace, key: jax.Array, context: ContextSpace | None = None
+) -> EnvState:
     """Batched env states (reset in contexts drawn from `context`), fresh carries, keys."""
     return space.init_env(key, _per_env_ranges(space, context))
 
@@ -580,7 +619,9 @@ class Policy(struct.PyTreeNode):
             key = jax.random.key(0)
         keys = jax.random.split(key, jax.tree.leaves(obs)[0].shape[0])
         carry, _, _, action = jax.vmap(
-            lambda o, c, k: self.agent.act(self.params, self.normalizer, o, c, k, self.deterministic)
+            lambda o, c, k: self.agent.act(
+                self.params, self.normalizer, o, c, k, self.deterministic
+            )
         )(obs, carry, keys)
         return action, carry
 
@@ -588,7 +629,9 @@ class Policy(struct.PyTreeNode):
         return self.agent.observe(carry, action, state)
 
 
-def make_policy(space: TrainSpace, training_state: TrainingState, deterministic: bool = True) -> Policy:
+def make_policy(
+    space: TrainSpace, training_state: TrainingState, deterministic: bool = True
+) -> Policy:
     """The agent as an inference function (see `Policy`)."""
     return Policy(
         params=training_state.params,

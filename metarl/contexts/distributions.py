@@ -385,7 +385,9 @@ class Choice(Distribution):
 
     def pin(self, value):
         if np.ndim(value):
-            raise ValueError(f"Choice draws one value for all elements; pin it to a number, got {value!r}")
+            raise ValueError(
+                f"Choice draws one value for all elements; pin it to a number, got {value!r}"
+            )
         return dataclasses.replace(self, values=_fit(value, self.values))
 
 

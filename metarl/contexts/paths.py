@@ -68,7 +68,9 @@ def resolve(path: RawPath, sys: System) -> np.ndarray:
     try:
         leaf = path.read(sys)
     except AttributeError:
-        raise ValueError(f"raw path {path.text!r}: the System has no field {path.field!r}") from None
+        raise ValueError(
+            f"raw path {path.text!r}: the System has no field {path.field!r}"
+        ) from None
     try:
         arr = np.asarray(leaf)
     except Exception:  # noqa: BLE001 - a sub-structure, not an array

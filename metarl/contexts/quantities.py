@@ -23,7 +23,7 @@ been applied) and the new per-element values, never a Python constant.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
@@ -152,9 +152,7 @@ def _dof_field(brax_path, mjx_field):
 
 
 def _stiffness_apply(sys, v):
-    return sys.tree_replace(
-        {"jnt_stiffness": v, "dof.stiffness": v[np.asarray(sys.dof_jntid)]}
-    )
+    return sys.tree_replace({"jnt_stiffness": v, "dof.stiffness": v[np.asarray(sys.dof_jntid)]})
 
 
 def _gain_apply(sys, v):
@@ -203,9 +201,7 @@ _viscosity = _fluid_field("viscosity")
 _density = _fluid_field("density")
 
 QUANTITIES: dict[str, Quantity] = {
-    "gravity": Quantity(
-        units="m/s^2", elements="", default=_gravity_default, apply=_gravity_apply
-    ),
+    "gravity": Quantity(units="m/s^2", elements="", default=_gravity_default, apply=_gravity_apply),
     "mass": Quantity(
         units="kg",
         elements="bodies",
@@ -227,9 +223,7 @@ QUANTITIES: dict[str, Quantity] = {
         units="coefficient",
         elements="geoms",
         default=lambda sys: _f32(sys.geom_friction[:, 0]),
-        apply=lambda sys, v: sys.tree_replace(
-            {"geom_friction": sys.geom_friction.at[:, 0].set(v)}
-        ),
+        apply=lambda sys, v: sys.tree_replace({"geom_friction": sys.geom_friction.at[:, 0].set(v)}),
     ),
     "damping": Quantity(
         units="N m s/rad",
@@ -309,19 +303,48 @@ QUANTITIES: dict[str, Quantity] = {
 # them would be a silent no-op, so a raw path naming one is an error.
 UNREAD = {
     "generalized": (
-        "opt.gravity", "body_mass", "body_inertia", "body_invweight0", "dof_invweight0",
-        "dof_damping", "dof_armature", "jnt_stiffness", "actuator_gear", "actuator_gainprm",
-        "opt.viscosity", "opt.density", "viscosity", "density", "elasticity",
-        "vel_damping", "ang_damping",
+        "opt.gravity",
+        "body_mass",
+        "body_inertia",
+        "body_invweight0",
+        "dof_invweight0",
+        "dof_damping",
+        "dof_armature",
+        "jnt_stiffness",
+        "actuator_gear",
+        "actuator_gainprm",
+        "opt.viscosity",
+        "opt.density",
+        "viscosity",
+        "density",
+        "elasticity",
+        "vel_damping",
+        "ang_damping",
     ),
     "mjx": (
-        "gravity", "viscosity", "density", "dof.", "actuator.", "elasticity",
-        "vel_damping", "ang_damping", "link.invweight",
+        "gravity",
+        "viscosity",
+        "density",
+        "dof.",
+        "actuator.",
+        "elasticity",
+        "vel_damping",
+        "ang_damping",
+        "link.invweight",
     ),
     "positional": (
-        "opt.gravity", "body_mass", "body_inertia", "dof_damping", "dof_armature",
-        "jnt_stiffness", "actuator_gear", "dof.damping", "dof.armature", "dof.stiffness",
-        "opt.viscosity", "opt.density",
+        "opt.gravity",
+        "body_mass",
+        "body_inertia",
+        "dof_damping",
+        "dof_armature",
+        "jnt_stiffness",
+        "actuator_gear",
+        "dof.damping",
+        "dof.armature",
+        "dof.stiffness",
+        "opt.viscosity",
+        "opt.density",
     ),
 }
 UNREAD["spring"] = UNREAD["positional"]

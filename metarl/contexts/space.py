@@ -14,8 +14,8 @@ a `Binding` that samples and applies contexts inside jit.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +40,8 @@ class ContextSpace(Mapping):
     def __init__(self, distributions: Mapping[str, Distribution]):
         if not isinstance(distributions, Mapping):
             raise ValueError(
-                f"ContextSpace takes a mapping {{name: distribution}}, got {type(distributions).__name__}"
+                "ContextSpace takes a mapping {name: distribution}, got "
+                f"{type(distributions).__name__}"
             )
         for name, dist in distributions.items():
             if not isinstance(name, str) or not name:
@@ -106,7 +107,9 @@ class ContextSpace(Mapping):
         """
         unknown = set(values) - set(self._dists)
         if unknown:
-            raise ValueError(f"pinned(): unknown names {sorted(unknown)}; valid: {list(self._dists)}")
+            raise ValueError(
+                f"pinned(): unknown names {sorted(unknown)}; valid: {list(self._dists)}"
+            )
         return ContextSpace(
             {n: d.pin(values[n]) if n in values else d for n, d in self._dists.items()}
         )
@@ -284,7 +287,8 @@ def _resolve(name: str, sys: System, backend: str) -> tuple[Quantity | paths.Raw
         if raw.field == prefix or (prefix.endswith(".") and raw.field.startswith(prefix)):
             raise ValueError(
                 f"raw path {name!r}: the {backend!r} backend never reads {raw.field!r}, so "
-                f"changing it would change nothing. Use a canonical name ({', '.join(CANONICAL_NAMES)}), "
+                "changing it would change nothing. Use a canonical name "
+                f"({', '.join(CANONICAL_NAMES)}), "
                 "which writes the fields each backend reads"
             )
     try:
@@ -356,7 +360,9 @@ def bind(space: ContextSpace, sys: System, backend: str) -> Binding:
                 f"context {name!r}: its default is 0 everywhere in this env, so a relative "
                 "scale would change nothing; use absolute values (relative=False)"
             )
-        entry = _Entry(name, target, shape, np.asarray(default, np.float32), dist.relative, dist.per_element)
+        entry = _Entry(
+            name, target, shape, np.asarray(default, np.float32), dist.relative, dist.per_element
+        )
         _check_values(entry, dist)
         entries.append(entry)
     return Binding(space=space, backend=backend, sys=sys, entries=tuple(entries))

@@ -1,5 +1,6 @@
 """Contextual Brax environments: a fresh physics context per episode or trial."""
 
+from metarl.envs import toy  # noqa: F401  (registers the "puck" env)
 from metarl.envs.check import ContractError, check_env
 from metarl.envs.contextual import CONTEXT, TRIAL, ContextualEnv, TrialInfo, make_contextual
 

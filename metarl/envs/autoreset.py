@@ -19,7 +19,8 @@ contexts) still work: the outer vmap batches the loop with a select.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

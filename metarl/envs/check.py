@@ -94,7 +94,10 @@ def check_env(
         f"no trial ended within {max_steps} random steps; pass a larger max_steps or a "
         "shorter episode_length",
     )
-    before = {n: np.concatenate([np.asarray(state.info[CONTEXT][n])[None], np.asarray(ctx[n])[:-1]]) for n in names}
+    before = {
+        n: np.concatenate([np.asarray(state.info[CONTEXT][n])[None], np.asarray(ctx[n])[:-1]])
+        for n in names
+    }
     changed_any = {n: False for n in names}
     for n in names:
         after = np.asarray(ctx[n])
@@ -119,7 +122,10 @@ def check_env(
         final,
         again,
     )
-    _require(all(jax.tree.leaves(same)), "two runs from the same key differ: the env is not deterministic")
+    _require(
+        all(jax.tree.leaves(same)),
+        "two runs from the same key differ: the env is not deterministic",
+    )
     return {
         "steps": max_steps * num_envs,
         "episodes_ended": int(np.asarray(done).sum()),

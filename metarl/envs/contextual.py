@@ -122,7 +122,11 @@ class ContextualEnv(Env):
     def reset(self, rng: jax.Array, ranges: ContextSpace | None = None) -> State:
         """A fresh state in a context drawn from `ranges` (default: the env's space)."""
         ranges = self.space if ranges is None else ranges
-        key = jax.random.key_data(rng) if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key) else rng
+        key = (
+            jax.random.key_data(rng)
+            if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
+            else rng
+        )
         context0 = {e.name: jnp.zeros(e.draw_shape, jnp.float32) for e in self.binding.entries}
         first, context = self._first((key, jnp.int32(0), True, context0, ranges))
         obs = self._observe(first.obs, context)
@@ -179,7 +183,9 @@ class ContextualEnv(Env):
         )
         info = {**nstate.info, CONTEXT: context, TRIAL: trial}
         return _strong(
-            nstate.replace(pipeline_state=pipeline_state, obs=obs, reward=reward, done=done, info=info)
+            nstate.replace(
+                pipeline_state=pipeline_state, obs=obs, reward=reward, done=done, info=info
+            )
         )
 
     def set_ranges(self, state: State, ranges: ContextSpace) -> State:
@@ -192,7 +198,9 @@ class ContextualEnv(Env):
             ranges = self.binding.check_ranges(ranges)
         trial: TrialInfo = state.info[TRIAL]
         new = jax.tree.map(
-            lambda old, x: jnp.broadcast_to(jnp.asarray(x, old.dtype), old.shape), trial.ranges, ranges
+            lambda old, x: jnp.broadcast_to(jnp.asarray(x, old.dtype), old.shape),
+            trial.ranges,
+            ranges,
         )
         return state.replace(info={**state.info, TRIAL: trial.replace(ranges=new)})
 
@@ -269,10 +277,15 @@ def make_contextual(
             f"{type(env).__name__} (pass the env before Brax's training wrappers: metarl "
             "handles episodes and resets itself)"
         )
-    for name, value, least in (("episode_length", episode_length, 1), ("episodes_per_trial", episodes_per_trial, 1)):
+    for name, value, least in (
+        ("episode_length", episode_length, 1),
+        ("episodes_per_trial", episodes_per_trial, 1),
+    ):
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
     if not (isinstance(visible_context, bool) or visible_context == "privileged"):
         raise ValueError(f"visible_context must be one of {VISIBILITY}, got {visible_context!r}")
     binding = bind(space, env.sys, env.backend)
-    return ContextualEnv(env, binding, episode_length, episodes_per_trial, visible_context, reset_chunk)
+    return ContextualEnv(
+        env, binding, episode_length, episodes_per_trial, visible_context, reset_chunk
+    )

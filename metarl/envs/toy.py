@@ -1,12 +1,18 @@
-"""A tiny contact env for fast physics tests: a ball on a floor, pushed along x.
+"""A tiny contact env: a ball on a floor, pushed along x (registered as "puck").
 
-Two slide joints (x, z) and one motor on x: small enough to compile in
-seconds on every backend, yet it has gravity, mass, inertia, contact friction,
+Slide joints x and z, a hinge for rolling, one motor on x: it compiles in
+seconds on every backend, yet has gravity, mass, inertia, contact friction,
 restitution, geom size, joint damping / armature / stiffness and an actuator.
+The reward is the ball's x velocity, so hiding the motor's sign
+(`actuator_gain` drawn from `Choice([-1, 1], relative=True)`) makes a task
+that only an agent with memory can solve: push, see which way the ball went,
+then keep pushing that way. It doubles as a template for wrapping your own
+MJCF model as a Brax `PipelineEnv`.
 """
 
 import jax
 import jax.numpy as jnp
+from brax import envs as brax_envs
 from brax.envs.base import PipelineEnv, State
 from brax.io import mjcf
 
@@ -37,7 +43,9 @@ class Puck(PipelineEnv):
         super().__init__(sys=sys, backend=backend, n_frames=kwargs.pop("n_frames", 2), **kwargs)
 
     def reset(self, rng: jax.Array) -> State:
-        q = self.sys.init_q + jax.random.uniform(rng, (self.sys.q_size(),), minval=-0.01, maxval=0.01)
+        q = self.sys.init_q + jax.random.uniform(
+            rng, (self.sys.q_size(),), minval=-0.01, maxval=0.01
+        )
         qd = jnp.zeros(self.sys.qd_size())
         ps = self.pipeline_init(q, qd)
         zero = jnp.zeros(())
@@ -45,7 +53,12 @@ class Puck(PipelineEnv):
 
     def step(self, state: State, action: jax.Array) -> State:
         ps = self.pipeline_step(state.pipeline_state, action)
-        return state.replace(pipeline_state=ps, obs=self._obs(ps), reward=ps.qd[0], done=jnp.zeros(()))
+        return state.replace(
+            pipeline_state=ps, obs=self._obs(ps), reward=ps.qd[0], done=jnp.zeros(())
+        )
 
     def _obs(self, ps):
         return jnp.concatenate([ps.q, ps.qd])
+
+
+brax_envs.register_environment("puck", Puck)

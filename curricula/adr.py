@@ -1,0 +1,280 @@
+"""Automatic Domain Randomization (ADR).
+
+OpenAI et al. 2019, "Solving Rubik's Cube with a Robot Hand", Algorithm 1. Every
+context name is a dimension with a low and a high boundary. Each segment, a
+fraction `boundary_prob` of the envs evaluates one boundary (a dimension and a
+side chosen uniformly): that env trains on the current ranges with the dimension
+pinned to the boundary value. Their mean episode returns go to that boundary's
+buffer; once it holds `buffer_size` entries its mean is compared with the
+thresholds: above `high_threshold` the boundary moves outwards by `delta` times
+the target's width, below `low_threshold` inwards, and the buffer is cleared.
+The ranges never leave the target, and low <= high always.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from curricula.base import (
+    Curriculum,
+    CurriculumState,
+    as_defaults,
+    check_count,
+    check_real,
+    check_shapes,
+    check_start,
+    check_state,
+    check_target,
+    require,
+    scaled,
+)
+from metarl.contexts import ContextSpace, LogUniform, Uniform
+
+LOW, HIGH = 0, 1  # boundary b = 2 * dimension + side
+
+
+class ADRState(CurriculumState):
+    """State of `ADR`: fixed shapes whatever happens, so it restores into `init`'s output.
+
+    Attributes:
+      current: the shared current ranges (the target's kinds and parameter shapes),
+        inside the target, low <= high.
+      buffers: float32 [2 * dims, buffer_size], per-boundary returns; boundary
+        ``b = 2 * d + side`` (side 0 low, 1 high) for the d-th name of the target.
+      counts: int32 [2 * dims], how many entries of each buffer are filled.
+      key: uint32, the raw data (`jax.random.key_data`) of the key for the next draw.
+      assignment: int32 [num_envs], the boundary each env evaluates in the next
+        segment, -1 for none.
+      key_impl: the key's PRNG implementation (static).
+    """
+
+    current: ContextSpace
+    buffers: np.ndarray
+    counts: np.ndarray
+    key: np.ndarray
+    assignment: np.ndarray
+    key_impl: str = struct.field(pytree_node=False, default="threefry2x32")
+
+
+def ADR(  # noqa: N802
+    start: float,
+    delta: float,
+    low_threshold: float,
+    high_threshold: float,
+    buffer_size: int,
+    boundary_prob: float = 0.5,
+) -> Curriculum:
+    """Automatic Domain Randomization over Uniform and LogUniform target ranges.
+
+    `init(target, defaults=..., num_envs=N, key=key)` needs num_envs and a key.
+    `ranges(state)` is a PER-ENV space (every leaf has a leading [num_envs] axis);
+    `adr_ranges(state)` the shared current ranges. `update` needs
+    ``results["env_return_sum"]`` and ``results["env_episodes"]`` ([num_envs] each).
+
+    A boundary moves at most once per update: once it has moved, the rest of that
+    segment's entries for it (measured at the old value) are dropped. Envs with no
+    completed episode in the segment contribute nothing. Per-element parameters
+    move together: each element by `delta` times its own target width.
+
+    Args:
+      start: the starting ranges, as a fraction of the target around the defaults
+        (`target.scaled(start, around=defaults)` clipped to the target), in (0, 1].
+      delta: one boundary step as a fraction of the target's width (of log-width
+        for LogUniform), in (0, 1].
+      low_threshold: a buffer mean below it shrinks the boundary (return units).
+      high_threshold: a buffer mean above it widens the boundary; > low_threshold.
+      buffer_size: entries per boundary before a decision (>= 1).
+      boundary_prob: the fraction of envs that evaluate a boundary each segment, in [0, 1].
+    """
+    who = "ADR"
+    start = check_start(start, who)
+    delta = check_real(delta, "delta", who)
+    if not 0 < delta <= 1:
+        raise ValueError(
+            f"{who}: delta must be a fraction of the target width in (0, 1], got {delta}"
+        )
+    t_low = check_real(low_threshold, "low_threshold", who)
+    t_high = check_real(high_threshold, "high_threshold", who)
+    if not t_low < t_high:
+        raise ValueError(
+            f"{who}: the thresholds are in the wrong order: low_threshold ({t_low}) must be < "
+            f"high_threshold ({t_high})"
+        )
+    m = check_count(buffer_size, "buffer_size", who)
+    p = check_real(boundary_prob, "boundary_prob", who)
+    if not 0 <= p <= 1:
+        raise ValueError(f"{who}: boundary_prob must be a probability in [0, 1], got {p}")
+
+    def init(
+        target: ContextSpace,
+        *,
+        defaults: Mapping | None = None,
+        num_envs: int | None = None,
+        key: jax.Array | None = None,
+    ) -> ADRState:
+        """Starting ranges, empty buffers and the first segment's boundary assignment."""
+        target = check_target(target, who)
+        _check_dimensions(target)
+        n = check_count(num_envs, "num_envs (the trainer's number of parallel envs)", f"{who}.init")
+        key_data, impl = _key(key)
+        defaults = as_defaults(target, defaults, who)
+        narrow = check_shapes(target, scaled(target, start, defaults), who)
+        current = ContextSpace({name: _inside(target[name], narrow[name]) for name in target})
+        key_data, assignment = _assign(key_data, impl, n, 2 * len(target), p)
+        return ADRState(
+            segment=np.asarray(0, np.int32),
+            target=target,
+            defaults=defaults,
+            current=current,
+            buffers=np.zeros((2 * len(target), m), np.float32),
+            counts=np.zeros((2 * len(target),), np.int32),
+            key=key_data,
+            assignment=assignment,
+            key_impl=impl,
+        )
+
+    def update(state: ADRState, results: Mapping[str, Any]) -> ADRState:
+        """Needs results "env_return_sum" and "env_episodes" ([num_envs] each)."""
+        check_state(state, ADRState, f"{who}.update")
+        n = state.assignment.shape[0]
+        sums = _per_env(results, "env_return_sum", n)
+        episodes = _per_env(results, "env_episodes", n)
+        names = list(state.target)
+        buffers, counts = np.array(state.buffers), np.array(state.counts)
+        bounds = {k: [np.asarray(d.low), np.asarray(d.high)] for k, d in state.current.items()}
+        for b in range(2 * len(names)):
+            envs = (state.assignment == b) & (episodes > 0)
+            values = sums[envs] / episodes[envs]
+            for value in values[np.isfinite(values)]:
+                buffers[b, counts[b]] = value
+                counts[b] += 1
+                if counts[b] < m:
+                    continue
+                mean = float(buffers[b].astype(np.float64).mean())
+                buffers[b], counts[b] = 0.0, 0
+                step = delta if mean > t_high else -delta if mean < t_low else 0.0
+                if step:
+                    name = names[b // 2]
+                    _move(state.target[name], bounds[name], b % 2, step)
+                    break  # this segment's other entries were measured at the old value
+        current = ContextSpace(
+            {
+                k: dataclasses.replace(d, low=bounds[k][LOW], high=bounds[k][HIGH])
+                for k, d in state.current.items()
+            }
+        )
+        key_data, assignment = _assign(state.key, state.key_impl, n, 2 * len(names), p)
+        return state.replace(
+            segment=np.asarray(int(state.segment) + 1, np.int32),
+            current=current,
+            buffers=buffers,
+            counts=counts,
+            key=key_data,
+            assignment=assignment,
+        )
+
+    def ranges(state: ADRState) -> ContextSpace:
+        """Per-env ranges [num_envs, ...]: the current ones, the assigned boundary pinned."""
+        check_state(state, ADRState, f"{who}.ranges")
+        current = state.current
+        variants = [current]  # row 0: no boundary; row 1 + b: boundary b pinned
+        for name, dist in current.items():
+            variants.append(current.pinned({name: dist.low}))
+            variants.append(current.pinned({name: dist.high}))
+        stacked = jax.tree.map(lambda *x: np.stack(x), *variants)
+        rows = np.asarray(state.assignment) + 1
+        return jax.tree.map(lambda x: x[rows], stacked)
+
+    return Curriculum(init=init, update=update, ranges=ranges)
+
+
+def adr_ranges(state: ADRState) -> ContextSpace:
+    """The shared current ranges of an ADR state, without pinning (for logging)."""
+    check_state(state, ADRState, "adr_ranges")
+    return state.current
+
+
+def _check_dimensions(target: ContextSpace) -> None:
+    if not len(target):
+        raise ValueError("ADR: the target space is empty; give it Uniform or LogUniform ranges")
+    for name, dist in target.items():
+        if type(dist) not in (Uniform, LogUniform):
+            raise ValueError(
+                f"ADR: context {name!r} is a {type(dist).__name__}; ADR moves the bounds of "
+                "Uniform (or Scale) and LogUniform ranges only"
+            )
+        if np.shape(dist.low) != np.shape(dist.high):
+            raise ValueError(
+                f"ADR: context {name!r} has low of shape {np.shape(dist.low)} and high of shape "
+                f"{np.shape(dist.high)}; give both the same shape"
+            )
+
+
+def _key(key: Any) -> tuple[np.ndarray, str]:
+    """(raw uint32 data, implementation name) of a single JAX key."""
+    if key is None:
+        raise ValueError("ADR.init needs a key (jax.random.key(seed)) to draw boundary assignments")
+    if not isinstance(key, jax.Array | np.ndarray):
+        raise ValueError(f"ADR.init: key must be a jax.random.key, got {type(key).__name__}")
+    if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.dtype != np.uint32:
+            raise ValueError(f"ADR.init: key must be a jax.random.key, got an array of {key.dtype}")
+        key = jax.random.wrap_key_data(jnp.asarray(key))  # a legacy jax.random.PRNGKey
+    if key.shape != ():
+        raise ValueError(f"ADR.init: key must be a single key, got a batch of shape {key.shape}")
+    return np.asarray(jax.random.key_data(key), np.uint32), str(jax.random.key_impl(key))
+
+
+def _assign(key_data: np.ndarray, impl: str, n: int, boundaries: int, p: float):
+    """(next key data, int32 [n] assignment): each env evaluates a uniform boundary w.p. p."""
+    key = jax.random.wrap_key_data(jnp.asarray(key_data), impl=impl)
+    key, k_eval, k_which = jax.random.split(key, 3)
+    evaluate = np.asarray(jax.random.uniform(k_eval, (n,))) < p
+    which = np.asarray(jax.random.randint(k_which, (n,), 0, boundaries))
+    assignment = np.where(evaluate, which, -1).astype(np.int32)
+    return np.asarray(jax.random.key_data(key), np.uint32), assignment
+
+
+def _inside(target, narrow):
+    """`narrow`'s bounds clipped into `target`'s, with low <= high."""
+    t_lo, t_hi = np.asarray(target.low), np.asarray(target.high)
+    low = np.clip(np.asarray(narrow.low, np.float32), t_lo, t_hi)
+    high = np.clip(np.asarray(narrow.high, np.float32), low, t_hi)
+    return dataclasses.replace(target, low=low, high=high)
+
+
+def _move(target, bounds: list[np.ndarray], side: int, step: float) -> None:
+    """Moves bounds[side] outwards by step * target width (inwards if step < 0), in place.
+
+    Log space for LogUniform; the result stays inside the target and never
+    crosses the other boundary.
+    """
+    log = isinstance(target, LogUniform)
+    fwd, inv = (np.log, np.exp) if log else (lambda x: x, lambda x: x)
+    t_lo = np.asarray(target.low)
+    t_hi = np.asarray(target.high)
+    width = fwd(t_hi.astype(np.float64)) - fwd(t_lo.astype(np.float64))
+    low, high = bounds
+    if side == LOW:
+        new = inv(fwd(low.astype(np.float64)) - step * width).astype(np.float32)
+        bounds[LOW] = np.clip(new, t_lo, high)
+    else:
+        new = inv(fwd(high.astype(np.float64)) + step * width).astype(np.float32)
+        bounds[HIGH] = np.clip(new, low, t_hi)
+
+
+def _per_env(results: Mapping[str, Any], key: str, n: int) -> np.ndarray:
+    x = np.asarray(require(results, key, "ADR.update"), np.float64)
+    if x.shape != (n,):
+        raise ValueError(
+            f"ADR.update: results[{key!r}] must have one entry per env, shape (num_envs,) = "
+            f"({n},); got shape {x.shape}"
+        )
+    return x

@@ -1,0 +1,200 @@
+"""The curriculum interface: three pure functions over an explicit pytree state.
+
+A curriculum is built by a factory (``LinearWidening(0.1, 10)``, ``ADR(...)``)
+and used between training segments:
+
+```python
+curriculum = LinearWidening(start=0.1, segments=10)
+state = curriculum.init(target, defaults=env.default_context())
+for _ in range(num_segments):
+    ts, es, metrics = run_train(space, ts, es, steps, context=curriculum.ranges(state))
+    state = curriculum.update(state, metrics)
+```
+
+The state is a `flax.struct.PyTreeNode` of numpy arrays and `ContextSpace`s,
+so it is saved in the same checkpoint as the rest of the run and restored
+into a template made by ``init`` with the same arguments. ``ranges`` always
+returns a space with the target's tree structure and leaf shapes (ADR: with
+a leading ``num_envs`` axis), so the trainer never recompiles.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+from flax import struct
+
+from metarl.contexts import ContextSpace
+
+__all__ = ["Curriculum", "CurriculumState", "check_compatible"]
+
+
+class CurriculumState(struct.PyTreeNode):
+    """What every curriculum state holds; each curriculum adds its own fields.
+
+    Attributes:
+      segment: int32[], the number of updates so far (segments finished).
+      target: the space the curriculum widens towards (the final ranges).
+      defaults: {name: float32 array}, the centre the ranges grow from (the env's
+        defaults passed to init), or None for each range's own centre.
+    """
+
+    segment: Any
+    target: ContextSpace
+    defaults: Any
+
+
+class Curriculum(NamedTuple):
+    """A curriculum as three pure functions (optax style).
+
+    Attributes:
+      init: ``init(target, *, defaults=None, num_envs=None, key=None) -> state``.
+        ``target`` is the final `ContextSpace`; ``defaults`` (usually
+        ``env.default_context()``) is the centre ranges grow from; ``num_envs``
+        and ``key`` are needed by curricula that assign envs (ADR) and ignored
+        by the others.
+      update: ``update(state, results) -> state``, called once after each
+        training segment with that segment's results (see the package
+        docstring for the keys).
+      ranges: ``ranges(state) -> ContextSpace``, the ranges the next training
+        segment trains on.
+    """
+
+    init: Callable[..., CurriculumState]
+    update: Callable[[CurriculumState, Mapping[str, Any]], CurriculumState]
+    ranges: Callable[[CurriculumState], ContextSpace]
+
+
+def check_compatible(state: CurriculumState, space: ContextSpace) -> None:
+    """Raises ValueError unless `state` was made for `space` (same names, kinds, shapes).
+
+    Use it when pairing a restored curriculum state with the env's space: a
+    state made for a target space of other names, or other distribution
+    kinds or parameter shapes, cannot drive that env without recompiling.
+    """
+    if not isinstance(state, CurriculumState):
+        raise ValueError(
+            f"check_compatible needs a curriculum state (made by a curriculum's init), "
+            f"got {type(state).__name__}"
+        )
+    if not isinstance(space, ContextSpace):
+        raise ValueError(f"check_compatible needs a ContextSpace, got {type(space).__name__}")
+    ours, theirs = list(state.target), list(space)
+    if ours != theirs:
+        raise ValueError(
+            f"this curriculum state was made for a target space of other names: "
+            f"state has {ours}, the space has {theirs} (same names in the same order needed)"
+        )
+    for name in ours:
+        a, b = state.target[name], space[name]
+        if jax.tree.structure(a) != jax.tree.structure(b):
+            raise ValueError(
+                f"context {name!r}: the curriculum state's target is {type(a).__name__} "
+                f"(relative={a.relative}, per_element={a.per_element}), the space has "
+                f"{type(b).__name__} (relative={b.relative}, per_element={b.per_element})"
+            )
+        shapes_a = [np.shape(x) for x in jax.tree.leaves(a)]
+        shapes_b = [np.shape(x) for x in jax.tree.leaves(b)]
+        if shapes_a != shapes_b:
+            raise ValueError(
+                f"context {name!r}: parameter shapes differ between the curriculum state's "
+                f"target {shapes_a} and the space {shapes_b}"
+            )
+
+
+def check_target(target: Any, who: str) -> ContextSpace:
+    """`target` if it is a ContextSpace, else a ValueError naming the valid type."""
+    if not isinstance(target, ContextSpace):
+        raise ValueError(
+            f"{who}: target must be a ContextSpace (metarl.contexts.ContextSpace), "
+            f"got {type(target).__name__}"
+        )
+    return target
+
+
+def check_real(value: Any, name: str, who: str) -> float:
+    """`value` as a finite float, else a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | np.ndarray | jax.Array):
+        raise ValueError(f"{who}: {name} must be a finite number, got {value!r}")
+    if np.ndim(value) != 0 or not np.isfinite(float(value)):
+        raise ValueError(f"{who}: {name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def check_start(start: Any, who: str) -> float:
+    """A start fraction in (0, 1], else a ValueError."""
+    start = check_real(start, "start", who)
+    if not 0 < start <= 1:
+        raise ValueError(f"{who}: start must be a fraction of the target in (0, 1], got {start}")
+    return start
+
+
+def check_count(value: Any, name: str, who: str) -> int:
+    """An integer >= 1, else a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{who}: {name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def check_state(state: Any, cls: type, who: str) -> None:
+    """A ValueError unless `state` is a `cls` (the state this curriculum's init makes)."""
+    if not isinstance(state, cls):
+        raise ValueError(
+            f"{who} needs the state made by this curriculum's init ({cls.__name__}), "
+            f"got {type(state).__name__}"
+        )
+
+
+def as_defaults(target: ContextSpace, defaults: Any, who: str) -> dict[str, np.ndarray] | None:
+    """The defaults of the target's names as float32 arrays (None: each range's own centre)."""
+    if defaults is None:
+        return None
+    if not isinstance(defaults, Mapping):
+        raise ValueError(
+            f"{who}: defaults must be None (each range's own centre) or a mapping such as "
+            f"env.default_context(), got {type(defaults).__name__}"
+        )
+    missing = [name for name in target if name not in defaults]
+    if missing:
+        raise ValueError(f"{who}: defaults has no value for {missing}; it needs every target name")
+    return {name: np.asarray(defaults[name], np.float32) for name in target}
+
+
+def check_shapes(target: ContextSpace, space: ContextSpace, who: str) -> ContextSpace:
+    """`space` if it has the target's names, tree structure and leaf shapes, else a ValueError."""
+    if list(space) != list(target):
+        raise ValueError(f"{who}: names {list(space)} differ from the target's {list(target)}")
+    for name in target:
+        a, b = target[name], space[name]
+        shapes_a = [np.shape(x) for x in jax.tree.leaves(a)]
+        shapes_b = [np.shape(x) for x in jax.tree.leaves(b)]
+        if jax.tree.structure(a) != jax.tree.structure(b) or shapes_a != shapes_b:
+            raise ValueError(
+                f"{who}: scaling context {name!r} about its defaults changes its parameter "
+                f"shapes from {shapes_a} to {shapes_b}, which would recompile the trainer; give "
+                "the target per-element parameters of the defaults' shape, or defaults=None"
+            )
+    return space
+
+
+def scaled(target: ContextSpace, fraction: float, defaults: Mapping | None) -> ContextSpace:
+    """``target.scaled(fraction, around=defaults)``; exactly `target` once fraction >= 1."""
+    if fraction >= 1:
+        return target
+    return target.scaled(fraction, around=defaults)
+
+
+def require(results: Any, key: str, who: str) -> Any:
+    """``results[key]``; a KeyError naming the missing key (ValueError if not a mapping)."""
+    if not isinstance(results, Mapping):
+        raise ValueError(
+            f"{who}: results must be a mapping such as run_train's metrics, "
+            f"got {type(results).__name__}"
+        )
+    if key not in results:
+        raise KeyError(f"{who} needs results[{key!r}]; got keys {sorted(results)}")
+    return results[key]

@@ -1,0 +1,122 @@
+"""Widening gated by performance: the ranges grow only when the agent is good enough."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from curricula.base import (
+    Curriculum,
+    CurriculumState,
+    as_defaults,
+    check_real,
+    check_shapes,
+    check_start,
+    check_state,
+    check_target,
+    require,
+    scaled,
+)
+from metarl.contexts import ContextSpace
+
+METRICS = ("eval_return", "episode_return")
+
+
+class GatedState(CurriculumState):
+    """State of `PerformanceGated`.
+
+    Attributes:
+      fraction: float32, the fraction of the target the next segment trains on.
+      reference: float32, the first finite return seen (relative thresholds), NaN before.
+    """
+
+    fraction: np.ndarray
+    reference: np.ndarray
+
+
+def PerformanceGated(  # noqa: N802
+    start: float,
+    step: float,
+    threshold: float,
+    relative: bool = False,
+    metric: str = "eval_return",
+) -> Curriculum:
+    """Widens the fraction by `step` (capped at 1) when ``results[metric]`` reaches a threshold.
+
+    ``ranges(state) = target.scaled(fraction, around=defaults)``, exactly the
+    target once the fraction is 1. A NaN metric (no episode completed) holds.
+
+    Args:
+      start: the first segment's fraction of the target, in (0, 1].
+      step: how much the fraction grows when the gate opens, > 0.
+      threshold: the return to reach (``>=``). With relative=True a fraction of the
+        reference return: the first finite ``results[metric]`` (the return on the
+        narrow starting ranges), stored in the state; the gate then opens at
+        ``threshold * reference`` (``reference - (1 - threshold) * |reference|``
+        for a negative reference, the same distance below it).
+      relative: see threshold.
+      metric: the results key read by `update`: "eval_return" (default) or
+        "episode_return".
+    """
+    who = "PerformanceGated"
+    start = check_start(start, who)
+    step = check_real(step, "step", who)
+    if step <= 0:
+        raise ValueError(f"{who}: step must be > 0 (the fraction added when widening), got {step}")
+    threshold = check_real(threshold, "threshold", who)
+    if not isinstance(relative, bool):
+        raise ValueError(f"{who}: relative must be True or False, got {relative!r}")
+    if relative and threshold <= 0:
+        raise ValueError(
+            f"{who}: a relative threshold is a fraction of the reference return and must be "
+            f"> 0 (e.g. 0.9), got {threshold}"
+        )
+    if metric not in METRICS:
+        raise ValueError(f"{who}: metric must be one of {list(METRICS)}, got {metric!r}")
+
+    def init(
+        target: ContextSpace,
+        *,
+        defaults: Mapping | None = None,
+        num_envs: Any = None,
+        key: Any = None,
+    ) -> GatedState:
+        """The state before the first segment; num_envs and key are not used."""
+        target = check_target(target, who)
+        defaults = as_defaults(target, defaults, who)
+        check_shapes(target, target.scaled(min(start, 0.5), around=defaults), who)
+        return GatedState(
+            segment=np.asarray(0, np.int32),
+            target=target,
+            defaults=defaults,
+            fraction=np.asarray(start, np.float32),
+            reference=np.asarray(np.nan, np.float32),
+        )
+
+    def update(state: GatedState, results: Mapping[str, Any]) -> GatedState:
+        """Needs ``results[metric]``; widens if it reaches the threshold, else holds."""
+        check_state(state, GatedState, f"{who}.update")
+        value = float(np.asarray(require(results, metric, f"{who}(metric={metric!r})")))
+        reference = float(state.reference)
+        if relative and not np.isfinite(reference) and np.isfinite(value):
+            reference = float(np.float32(value))  # as stored
+        gate = threshold
+        if relative:
+            gate = reference - (1.0 - threshold) * abs(reference)  # threshold * reference if > 0
+        fraction = float(state.fraction)
+        if value >= gate:  # False for NaN value or NaN reference
+            fraction = min(1.0, fraction + step)
+        return state.replace(
+            segment=np.asarray(int(state.segment) + 1, np.int32),
+            fraction=np.asarray(fraction, np.float32),
+            reference=np.asarray(reference, np.float32),
+        )
+
+    def ranges(state: GatedState) -> ContextSpace:
+        """The target scaled by the state's fraction about the defaults."""
+        check_state(state, GatedState, f"{who}.ranges")
+        return scaled(state.target, float(state.fraction), state.defaults)
+
+    return Curriculum(init=init, update=update, ranges=ranges)

@@ -1,0 +1,156 @@
+"""Atomic checkpoints of any JAX pytree (training state, context spaces, ...) with orbax.
+
+```python
+from metarl import checkpoint
+checkpoint.save("runs/a/ckpt", step, state, keep=3)   # returns once fully written
+state = checkpoint.restore("runs/a/ckpt", like=state)  # latest complete step
+```
+
+A state is saved as its flat list of leaves (plus each leaf's key path, shape and dtype)
+and restored into the treedef of `like`, so custom nodes with static aux data (ContextSpace
+names, distribution flags) come back as themselves. Orbax writes a step to a temporary
+directory renamed when complete; old steps are renamed aside, then deleted. A process
+killed at any point thus leaves every listed step complete and restorable.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+_TRASH = "_deleted"  # steps past `keep` are renamed in here (atomic), then removed
+
+
+def _manager(directory: pathlib.Path, keep: int | None = None) -> ocp.CheckpointManager:
+    """A synchronous manager; it writes (and prunes to `keep` steps) only if keep is given."""
+    handlers = ocp.handlers.DefaultCheckpointHandlerRegistry()
+    for args in (ocp.args.StandardSave, ocp.args.StandardRestore):
+        handlers.add("default", args, ocp.StandardCheckpointHandler)
+    write = keep is not None
+    options = ocp.CheckpointManagerOptions(
+        preservation_policy=ocp.checkpoint_managers.LatestN(keep) if write else None,
+        create=write,
+        save_root_metadata=write,
+        cleanup_tmp_directories=write,
+        todelete_subdir=_TRASH,
+        enable_async_checkpointing=False,
+    )
+    return ocp.CheckpointManager(directory, options=options, handler_registry=handlers)
+
+
+def _is_key(x) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _flatten(tree) -> tuple[list[list], list, jax.tree_util.PyTreeDef]:
+    """([key path, shape, dtype] per leaf, leaves (typed PRNG keys as raw data), treedef)."""
+    with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    leaves = [jax.random.key_data(x) if _is_key(x) else x for _, x in with_paths]
+    described = [
+        [jax.tree_util.keystr(p), list(np.shape(x)), np.dtype(getattr(x, "dtype", type(x))).name]
+        for (p, _), x in zip(with_paths, leaves, strict=True)
+    ]
+    return described, leaves, treedef
+
+
+def _empty_trash(directory: pathlib.Path) -> None:
+    if jax.process_index() == 0:
+        shutil.rmtree(directory / _TRASH, ignore_errors=True)
+
+
+def all_steps(directory) -> list[int]:
+    """Sorted steps of the complete checkpoints in `directory` ([] if there is none)."""
+    directory = pathlib.Path(directory).absolute()
+    if not directory.is_dir():
+        return []
+    with _manager(directory) as mngr:
+        return sorted(int(s) for s in mngr.all_steps())
+
+
+def latest_step(directory) -> int | None:
+    """The highest complete step in `directory`, or None if there is no checkpoint."""
+    return (all_steps(directory) or [None])[-1]
+
+
+def save(directory, step: int, state, *, keep: int = 3) -> pathlib.Path:
+    """Writes `state` (any pytree of arrays) as checkpoint `step` under `directory`.
+
+    Returns the step's directory once the checkpoint is complete on disk, after
+    deleting all but the last `keep` steps. Raises ValueError if `step` exists.
+    """
+    directory = pathlib.Path(directory).absolute()
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    if step in all_steps(directory):
+        raise ValueError(f"checkpoint step {step} already exists in {directory}; not overwritten")
+    described, leaves, _ = _flatten(state)
+    items = {str(i): x for i, x in enumerate(leaves) if np.size(x)}  # orbax refuses size 0
+    if not items:
+        raise ValueError("nothing to save: `state` has no leaf with at least one element")
+    _empty_trash(directory)  # left by a process killed while deleting old steps
+    with _manager(directory, keep) as mngr:  # synchronous: returns once renamed into place
+        args, meta = ocp.args.StandardSave(items), {"leaves": described}
+        saved = mngr.save(step, args=args, custom_metadata=meta, force=True)
+        mngr.wait_until_finished()
+    if not saved:
+        raise RuntimeError(f"orbax declined to save step {step} in {directory}")
+    _empty_trash(directory)
+    return directory / str(step)
+
+
+def restore(directory, like, step: int | None = None):
+    """Checkpoint `step` (the latest complete one if None) as a pytree shaped like `like`.
+
+    `like` (e.g. a freshly initialised state; concrete values, not ShapeDtypeStructs)
+    gives the structure, dtypes, shapes and the shardings of its jax arrays (numpy
+    leaves come back as numpy). Raises FileNotFoundError if the checkpoint does not
+    exist, ValueError if it does not match `like`.
+    """
+    directory = pathlib.Path(directory).absolute()
+    steps = all_steps(directory)
+    if not steps or (step is not None and step not in steps):
+        what = "checkpoint" if step is None else f"checkpoint step {step}"
+        raise FileNotFoundError(f"no {what} in {directory}; available steps: {steps}")
+    step = steps[-1] if step is None else step
+    described, flat, treedef = _flatten(like)
+    with _manager(directory) as mngr:
+        saved = (mngr.metadata(step).custom_metadata or {}).get("leaves")
+        if saved != described:
+            raise ValueError(
+                f"step {step} in {directory} does not match `like`: {_diff(saved, described)}"
+            )
+        target = {str(i): _abstract(x) for i, x in enumerate(flat) if np.size(x)}
+        restored = mngr.restore(step, args=ocp.args.StandardRestore(target))
+    leaves = [_like(x, restored.get(str(i))) for i, x in enumerate(jax.tree_util.tree_leaves(like))]
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _abstract(x) -> jax.ShapeDtypeStruct:
+    """What orbax restores a leaf as: a jax array with x's sharding, else numpy."""
+    if isinstance(x, jax.Array):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+    return jax.ShapeDtypeStruct(np.shape(x), np.dtype(getattr(x, "dtype", type(x))))
+
+
+def _like(x, restored):
+    """`restored` as the same kind of leaf as `x` (typed PRNG key, scalar, array)."""
+    if restored is None:  # x has size 0, so it was not saved: x itself is the value
+        return x
+    if _is_key(x):
+        return jax.random.wrap_key_data(restored, impl=jax.random.key_impl(x))
+    if isinstance(x, jax.Array | np.ndarray):
+        return restored
+    return type(x)(restored)  # a Python or numpy scalar
+
+
+def _diff(saved: list | None, wanted: list) -> str:
+    if saved is None:
+        return "it has no leaf description (not written by metarl.checkpoint.save)"
+    for s, w in zip(saved, wanted, strict=False):
+        if s != w:
+            return f"saved leaf {s[0]} {s[2]}{tuple(s[1])} vs like's {w[0]} {w[2]}{tuple(w[1])}"
+    return f"it has {len(saved)} leaves, `like` has {len(wanted)}"

@@ -1,0 +1,212 @@
+"""Held-out evaluation: context sets, a compiled evaluator, summary figures.
+
+Context sets pin every context name to one value per evaluation context
+(`ContextSpace.pinned`), so evaluation runs the training env itself with new
+ranges: no new env, no recompilation between segments. Splits, following the
+evaluation modes of Kirk et al. 2023 ("A Survey of Zero-shot Generalisation in
+Deep RL") that apply to continuous context spaces:
+
+* ``train`` (in-distribution): contexts drawn from the training ranges.
+* ``interpolation``: inside the training intervals but off the training
+  support where that support is discrete (midpoints between `Choice` values);
+  for continuous ranges, fresh values never seen in training.
+* ``extrapolation``: every dimension outside its training interval, within
+  `factor` times the interval about its centre (1.5: half an interval more on
+  each side), on the physically valid side.
+* ``grid``: a regular grid over one or two names (others at their centre),
+  for heatmaps.
+
+A per-element quantity is pinned to one value shared by its elements.
+Each context runs `episodes` episodes with the deterministic policy: parallel
+envs each run one trial (the recurrent carry starts fresh per trial).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from metarl.contexts import Choice, ContextSpace
+from metarl.contexts.quantities import Quantity
+from metarl.envs import TRIAL, ContextualEnv
+
+SPLITS = ("train", "interpolation", "extrapolation")
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextSet:
+    """`values[name]`: [C] values, one per evaluation context, for split `split`."""
+
+    split: str
+    values: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(next(iter(self.values.values()))) if self.values else 0
+
+
+def _intervals(space: ContextSpace) -> dict[str, tuple[float, float]]:
+    return {n: (float(np.min(lo)), float(np.max(hi))) for n, (lo, hi) in space.intervals().items()}
+
+
+def in_distribution(space: ContextSpace, num: int, seed: int = 0) -> ContextSet:
+    """`num` contexts drawn from the training ranges themselves."""
+    keys = jax.random.split(jax.random.key(seed), len(space))
+    values = {}
+    for (name, dist), k in zip(space.items(), keys):
+        shape = (
+            ()
+            if isinstance(dist, Choice)
+            else np.broadcast_shapes(*map(np.shape, jax.tree.leaves(dist)))
+        )
+        values[name] = np.asarray(dist.sample(k, (num,) + shape), np.float32)
+    return ContextSet("train", values)
+
+
+def interpolation(space: ContextSpace, num: int, seed: int = 1) -> ContextSet:
+    """`num` contexts inside the training intervals, off any discrete training support."""
+    rng = np.random.default_rng(seed)
+    values = {}
+    for name, dist in space.items():
+        if isinstance(dist, Choice):
+            support = np.unique(np.asarray(dist.values))
+            if len(support) < 2:
+                raise ValueError(
+                    f"interpolation: {name!r} takes a single value; nothing lies between"
+                )
+            mids = (support[1:] + support[:-1]) / 2
+            values[name] = rng.choice(mids, num).astype(np.float32)
+        else:
+            lo, hi = _intervals(ContextSpace({name: dist}))[name]
+            values[name] = rng.uniform(lo, hi, num).astype(np.float32)
+    return ContextSet("interpolation", values)
+
+
+def extrapolation(
+    env: ContextualEnv, space: ContextSpace, num: int, factor: float = 1.5, seed: int = 2
+) -> ContextSet:
+    """`num` contexts with every dimension outside its training interval.
+
+    Values lie within `factor` x the interval about its centre; a side that
+    would be non-physical for the quantity (mass <= 0, ...) is not used.
+    """
+    if factor <= 1:
+        raise ValueError(f"extrapolation needs factor > 1, got {factor}")
+    rng = np.random.default_rng(seed)
+    bounds = {e.name: e for e in env.binding.entries}
+    values = {}
+    for name, (lo, hi) in _intervals(space).items():
+        centre, half = (lo + hi) / 2, max((hi - lo) / 2, 1e-3 * max(1.0, abs(lo + hi) / 2))
+        outer_lo, outer_hi = centre - factor * half, centre + factor * half
+        target = bounds[name].target
+        if isinstance(target, Quantity) and target.lower is not None:
+            outer_lo = max(outer_lo, target.lower + 1e-3 * half)
+        sides = [(a, b) for a, b in ((outer_lo, lo), (hi, outer_hi)) if b > a]
+        if not sides:
+            raise ValueError(
+                f"extrapolation: no valid values outside the training range of {name!r}"
+            )
+        pick = rng.integers(0, len(sides), num)
+        values[name] = np.asarray([rng.uniform(*sides[i]) for i in pick], np.float32)
+    return ContextSet("extrapolation", values)
+
+
+def grid(space: ContextSpace, axes: Mapping[str, Any]) -> ContextSet:
+    """A grid over one or two names (`axes`: name -> values); others at their centre."""
+    if not 1 <= len(axes) <= 2 or set(axes) - set(space):
+        raise ValueError(f"grid needs one or two of {list(space)}, got {list(axes)}")
+    centre = {n: (lo + hi) / 2 for n, (lo, hi) in _intervals(space).items()}
+    points = list(itertools.product(*[np.asarray(v, np.float32) for v in axes.values()]))
+    values = {n: np.full(len(points), centre[n], np.float32) for n in space}
+    for i, name in enumerate(axes):
+        values[name] = np.asarray([p[i] for p in points], np.float32)
+    return ContextSet("grid", values)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+    """Per-context returns of one context set."""
+
+    contexts: ContextSet
+    returns: np.ndarray  # [C, episodes] episode returns
+    mean: np.ndarray  # [C]
+    std: np.ndarray  # [C]
+
+
+class Evaluator:
+    """Runs context sets with a policy; one compilation for every set and segment.
+
+    Sets are padded to `max_contexts`, so sets of any size up to it share the
+    compiled function; policies from the same TrainSpace share it too.
+    """
+
+    def __init__(self, env: ContextualEnv, episodes: int = 4, max_contexts: int = 32):
+        if episodes < 1 or max_contexts < 1:
+            raise ValueError("episodes and max_contexts must be >= 1")
+        self.env = env
+        self.episodes = episodes
+        self.max_contexts = max_contexts
+        self.trials = math.ceil(episodes / env.episodes_per_trial)
+        self._run = jax.jit(self._rollout)
+
+    def _rollout(self, policy, ranges, key):
+        env, k = self.env, self.env.episodes_per_trial
+        n = self.max_contexts * self.trials
+        state = jax.vmap(env.reset)(jax.random.split(key, n), ranges)
+        carry = policy.init_carry(n)
+        returns = jnp.full((n, k), jnp.nan, jnp.float32)
+
+        def cond(c):
+            t, _, _, _, active = c
+            return (t < k * env.episode_length) & jnp.any(active)
+
+        def body(c):
+            t, state, carry, returns, active = c
+            action, carry = policy(state.obs, carry)
+            state = jax.vmap(env.step)(state, action)
+            carry = policy.observe(carry, action, state)
+            trial = state.info[TRIAL]
+            ended = (state.done > 0) & active
+            slot = jax.nn.one_hot(trial.episode - 1 + k * trial.new_trial.astype(jnp.int32), k) > 0
+            returns = jnp.where(ended[:, None] & slot, trial.episode_return[:, None], returns)
+            return t + 1, state, carry, returns, active & (trial.new_trial == 0)
+
+        init = (jnp.int32(0), state, carry, returns, jnp.ones((n,), bool))
+        return jax.lax.while_loop(cond, body, init)[3]
+
+    def evaluate(self, policy, contexts: ContextSet, key: jax.Array) -> EvalResult:
+        """Mean and std of episode returns per context (deterministic for a fixed key)."""
+        c = len(contexts)
+        if not 1 <= c <= self.max_contexts:
+            raise ValueError(f"a context set must hold 1..{self.max_contexts} contexts, got {c}")
+        idx = np.minimum(np.arange(self.max_contexts), c - 1)
+        spaces = [self.env.space.pinned({n: v[i] for n, v in contexts.values.items()}) for i in idx]
+        ranges = jax.tree.map(lambda *x: np.repeat(np.stack(x), self.trials, axis=0), *spaces)
+        raw = np.asarray(self._run(policy, ranges, key))
+        per_context = raw.reshape(self.max_contexts, -1)[:c, : self.episodes]
+        return EvalResult(
+            contexts=contexts,
+            returns=per_context,
+            mean=np.nanmean(per_context, axis=1),
+            std=np.nanstd(per_context, axis=1),
+        )
+
+
+def summarize(results: Mapping[str, EvalResult]) -> dict[str, float]:
+    """Mean return per split and the generalization gaps.
+
+    ``generalization_gap`` = train - extrapolation mean return;
+    ``interpolation_gap`` = train - interpolation (where those splits exist).
+    """
+    out = {split: float(np.nanmean(r.mean)) for split, r in results.items()}
+    if "train" in out and "extrapolation" in out:
+        out["generalization_gap"] = out["train"] - out["extrapolation"]
+    if "train" in out and "interpolation" in out:
+        out["interpolation_gap"] = out["train"] - out["interpolation"]
+    return out

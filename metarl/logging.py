@@ -1,0 +1,272 @@
+"""TensorBoard logging for training runs, with one tag scheme that dashboards rely on.
+
+Tags (``step`` is always the environment-step count):
+
+* ``train/return``: mean training episode return of a segment; ``train/<name>``: any
+  other scalar training metric (losses, ...); ``perf/env_steps_per_sec``: throughput.
+* ``curriculum/<context>/low`` and ``/high``: current range of each context dimension
+  (the min of ``low`` and the max of ``high`` over elements and envs).
+* ``context/<context>``: histogram of the sampled contexts.
+* ``eval/<split>/return`` and ``eval/<split>/return_std``, splits ``train``,
+  ``interpolation``, ``extrapolation`` (others allowed); ``eval/generalization_gap``.
+* ``eval/heatmap``: image of the mean return over a 2-D context grid.
+* ``hparams/<metric>``: final metrics shown with the hyperparameters (HParams dashboard).
+
+Characters TensorBoard does not allow in tags (all but letters, digits, ``_ - . /``)
+become ``_`` as in tensorboardX (``geom_friction[:, 0]`` -> ``context/geom_friction____0_``);
+the module-level functions return the exact stored tags. A custom-scalars layout (one
+dashboard) shows train vs held-out returns in one chart, the generalization gap in
+another and one chart per curriculum range (low and high).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from tensorboardX import SummaryWriter
+from tensorboardX.summary import hparams as _hparams_summaries
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from metarl.contexts import ContextSpace
+
+TRAIN_RETURN = "train/return"
+ENV_STEPS_PER_SEC = "perf/env_steps_per_sec"
+GENERALIZATION_GAP = "eval/generalization_gap"
+HEATMAP = "eval/heatmap"
+EVAL_SPLITS = ("train", "interpolation", "extrapolation")
+HEATMAP_SIZE = (640, 480)  # (width, height) of the heatmap image in pixels
+_INVALID = re.compile(r"[^-/\w\.]")
+
+
+def clean_tag(tag: str) -> str:
+    """The tag as TensorBoard stores it (invalid characters -> ``_``, no leading ``/``)."""
+    return _INVALID.sub("_", tag).lstrip("/")
+
+
+def train_tag(name: str) -> str:
+    """Tag of a training metric; ``episode_return`` maps to ``train/return``."""
+    return TRAIN_RETURN if name == "episode_return" else clean_tag(f"train/{name}")
+
+
+def range_tags(name: str) -> tuple[str, str]:
+    """(low, high) tags of a context dimension's curriculum range."""
+    return clean_tag(f"curriculum/{name}/low"), clean_tag(f"curriculum/{name}/high")
+
+
+def context_tag(name: str) -> str:
+    """Histogram tag of a context dimension's sampled values."""
+    return clean_tag(f"context/{name}")
+
+
+def eval_return_tag(split: str, std: bool = False) -> str:
+    """Mean evaluation return on a split (its standard deviation if `std`)."""
+    return clean_tag(f"eval/{split}/return" + ("_std" if std else ""))
+
+
+def hparam_metric_tag(name: str) -> str:
+    """Scalar tag under which a final metric of `log_hparams` is stored."""
+    return clean_tag(f"hparams/{name}")
+
+
+def _scalar(value: Any) -> float | None:
+    """A finite float, or None for arrays, non-numbers and non-finite values."""
+    try:
+        out = float(np.asarray(value)) if np.ndim(value) == 0 else math.nan
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def context_units(space: ContextSpace) -> dict[str, str]:
+    """Units of each name of `space`: "x default" if relative, a quantity's units, or ""."""
+    from metarl.contexts.quantities import QUANTITIES
+
+    return {
+        n: "x default" if d.relative else getattr(QUANTITIES.get(n), "units", "")
+        for n, d in space.items()
+    }
+
+
+def _items(config: Any) -> list[tuple[str, Any]] | None:
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return [(f.name, getattr(config, f.name)) for f in dataclasses.fields(config)]
+    return list(config.items()) if isinstance(config, Mapping) else None
+
+
+def flatten_hparams(config: Any, prefix: str = "") -> dict[str, str | int | float | bool]:
+    """Nested dataclasses/mappings -> {dotted key: bool|int|float|str}; other values -> str."""
+    if (items := _items(config)) is None:
+        raise TypeError(f"hparams must be a mapping or a dataclass instance, got {config!r}")
+    out: dict[str, str | int | float | bool] = {}
+    for key, value in items:
+        if _items(value) is not None:
+            out.update(flatten_hparams(value, f"{prefix}{key}."))
+            continue
+        if isinstance(value, (np.generic, np.ndarray)) and np.ndim(value) == 0:
+            value = value.item()
+        out[f"{prefix}{key}"] = value if isinstance(value, (bool, int, float, str)) else str(value)
+    return out
+
+
+def heatmap_figure(x_label: str, x_values, y_label: str, y_values, returns_2d) -> Figure:
+    """A matplotlib figure of `returns_2d` [len(y), len(x)] with labelled axes and a colorbar."""
+    from matplotlib.figure import Figure
+
+    x, y = np.asarray(x_values, float).ravel(), np.asarray(y_values, float).ravel()
+    if (z := np.asarray(returns_2d, float)).shape != (y.size, x.size):
+        raise ValueError(
+            f"returns_2d must have shape [len(y_values), len(x_values)] = "
+            f"{(y.size, x.size)}, got {z.shape}"
+        )
+    fig = Figure(figsize=[n / 100 for n in HEATMAP_SIZE], dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    im = ax.imshow(np.ma.masked_invalid(z), origin="lower", aspect="auto", cmap="viridis")
+    for axis, values in ((ax.xaxis, x), (ax.yaxis, y)):  # at most ~10 ticks, grid values
+        idx = np.arange(0, values.size, max(1, math.ceil(values.size / 10)))
+        axis.set_ticks(idx, [f"{v:.3g}" for v in values[idx]])
+    ax.set(xlabel=x_label, ylabel=y_label)
+    fig.colorbar(im, ax=ax, label="mean return")
+    return fig
+
+
+class RunLogger:
+    """Writes one run's TensorBoard events under `logdir` with the module's tag scheme.
+
+    `context_names` fixes the curriculum charts of the custom-scalars layout, written once
+    here. `units` maps context names to units for the heatmap's axis labels; names missing
+    from it take their units from `log_ranges` (see `context_units`). A context manager."""
+
+    def __init__(
+        self,
+        logdir: str | os.PathLike,
+        context_names: Sequence[str],
+        units: Mapping[str, str] | None = None,
+    ):
+        if isinstance(context_names, str):
+            raise TypeError("context_names must be a sequence of names, not one string")
+        self.logdir = os.fspath(logdir)
+        self.context_names = tuple(context_names)
+        self.units = dict(units or {})
+        self._writer = SummaryWriter(logdir=self.logdir)
+        self._last_step = 0
+        self._writer.add_custom_scalars(self.layout())
+
+    def layout(self) -> dict[str, dict[str, list]]:
+        """The custom-scalars layout; chart tags are regexes, anchored for TB's re.match."""
+        return {
+            "metarl": {
+                "return: train vs held-out": [
+                    "Multiline",
+                    [TRAIN_RETURN + "$", r"eval/[^/]+/return$"],
+                ],
+                "generalization gap": ["Multiline", [GENERALIZATION_GAP + "$"]],
+                **{
+                    f"curriculum: {n}": ["Multiline", [re.escape(t) + "$" for t in range_tags(n)]]
+                    for n in self.context_names
+                },
+            }
+        }
+
+    def _add(self, tag: str, value: Any, step: int) -> None:
+        if (value := _scalar(value)) is not None:
+            self._last_step = max(self._last_step, int(step))
+            self._writer.add_scalar(tag, value, int(step))
+
+    def log_train(
+        self, step: int, metrics: Mapping[str, Any], env_steps_per_sec: float | None = None
+    ) -> None:
+        """``metrics["episode_return"]`` -> train/return, scalar ``k`` -> train/k (arrays and
+        non-finite values skipped); throughput -> perf/env_steps_per_sec."""
+        for name, value in metrics.items():
+            self._add(train_tag(name), value, step)
+        if env_steps_per_sec is not None:
+            self._add(ENV_STEPS_PER_SEC, env_steps_per_sec, step)
+
+    def log_ranges(self, step: int, ranges: ContextSpace) -> None:
+        """curriculum/<name>/low and /high for every name of `ranges` (min low, max high)."""
+        self.units = {**context_units(ranges), **self.units}
+        for name, (low, high) in ranges.intervals().items():
+            low_tag, high_tag = range_tags(name)
+            self._add(low_tag, np.min(low), step)  # intervals() are finite
+            self._add(high_tag, np.max(high), step)
+
+    def log_contexts(self, step: int, contexts: Mapping[str, Any]) -> None:
+        """A histogram context/<name> of each array of sampled values (any shape)."""
+        for name, values in contexts.items():
+            values = np.asarray(values, float).ravel()
+            if (values := values[np.isfinite(values)]).size:
+                self._last_step = max(self._last_step, int(step))
+                self._writer.add_histogram(context_tag(name), values, int(step))
+
+    def log_eval(
+        self,
+        step: int,
+        returns: Mapping[str, float],
+        gap: float | None = None,
+        stds: Mapping[str, float] | None = None,
+    ) -> None:
+        """eval/<split>/return (and return_std) per split, and eval/generalization_gap."""
+        for split, value in returns.items():
+            self._add(eval_return_tag(split), value, step)
+        for split, value in (stds or {}).items():
+            self._add(eval_return_tag(split, std=True), value, step)
+        if gap is not None:
+            self._add(GENERALIZATION_GAP, gap, step)
+
+    def log_heatmap(
+        self, step: int, x_name: str, x_values, y_name: str, y_values, returns_2d
+    ) -> None:
+        """eval/heatmap: mean return over a grid, `returns_2d` of shape [len(y), len(x)];
+        axes labelled ``name [units]``, rendered with the Agg backend (no pyplot state)."""
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        x_label, y_label = (
+            f"{n} [{self.units[n]}]" if self.units.get(n) else n for n in (x_name, y_name)
+        )
+        canvas = FigureCanvasAgg(heatmap_figure(x_label, x_values, y_label, y_values, returns_2d))
+        canvas.draw()
+        rgb = np.asarray(canvas.buffer_rgba())[..., :3]
+        self._last_step = max(self._last_step, int(step))
+        self._writer.add_image(HEATMAP, rgb, int(step), dataformats="HWC")
+
+    def log_hparams(self, hparams: Any, metrics: Mapping[str, float]) -> None:
+        """The run's hyperparameters (mapping or dataclass, flattened) with final metrics,
+        stored as hparams/<metric> at the last step logged, for the HParams dashboard."""
+        tags = {hparam_metric_tag(k): _scalar(v) for k, v in metrics.items()}
+        tags = {k: v for k, v in tags.items() if v is not None}
+        for summary in _hparams_summaries(flatten_hparams(hparams), tags):
+            self._writer.file_writer.add_summary(summary, self._last_step)
+        for tag, value in tags.items():
+            self._writer.add_scalar(tag, value, self._last_step)
+
+    def flush(self) -> None:
+        """Writes pending events to disk."""
+        self._writer.flush()
+
+    def close(self) -> None:
+        """Flushes and closes the event file."""
+        self._writer.close()
+
+    def __enter__(self) -> RunLogger:
+        """The logger itself; it is closed on exit."""
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_scalars(logdir: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the run in `logdir`, {tag: [(step, value), ...]} in write order,
+    read with TensorBoard's own EventAccumulator keeping every event."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    acc = ea.EventAccumulator(os.fspath(logdir), size_guidance={ea.SCALARS: 0}).Reload()
+    return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()[ea.SCALARS]}

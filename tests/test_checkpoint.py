@@ -1,0 +1,216 @@
+"""metarl.checkpoint: bit-exact round trips, retention, atomicity under SIGKILL, errors."""
+
+import os
+import pathlib
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from metarl import checkpoint as ckpt
+from metarl import contexts as C  # noqa: N812
+from metarl.parallel import AXIS, data_mesh
+
+TESTS = str(pathlib.Path(__file__).parent)
+
+
+@flax.struct.dataclass
+class TrainState:
+    params: dict
+    counter: jax.Array
+    keys: jax.Array
+    done: jax.Array
+    space: C.ContextSpace
+    sharded: jax.Array
+    history: np.ndarray
+    typed_key: jax.Array
+    no_memory: jax.Array  # size 0: orbax cannot save it, restore takes like's
+    lr: float = flax.struct.field(pytree_node=False, default=3e-4)
+
+
+def make_state(seed: int) -> TrainState:
+    rng = np.random.default_rng(seed)
+    return TrainState(
+        params={
+            "w": jnp.asarray(rng.standard_normal((3, 4)), jnp.float32),
+            "odd": jnp.array([np.nan, -0.0, np.inf, 1e-45 * seed], jnp.float32),
+            "b": {"bias": jnp.full((4,), seed, jnp.float32)},
+        },
+        counter=jnp.int32(1000 + seed),
+        keys=jax.random.split(jax.random.PRNGKey(seed), 8),
+        done=jnp.asarray(rng.random(6) > 0.5),
+        space=C.ContextSpace(
+            {"gravity": C.Uniform(5.0 + seed, 15.0), "mass": C.Scale(0.5, 1.5, per_element=True)}
+        ),
+        sharded=jax.device_put(
+            jnp.arange(4 * jax.device_count(), dtype=jnp.float32) * seed,
+            NamedSharding(data_mesh(), P(AXIS)),
+        ),
+        history=rng.integers(0, 2**31, 7).astype(np.int32),
+        typed_key=jax.random.key(seed),
+        no_memory=jnp.zeros((16, 0), jnp.float32),
+    )
+
+
+def assert_bit_equal(a, b):
+    a, b = (jax.random.key_data(x) if ckpt._is_key(x) else x for x in (a, b))
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
+
+
+def test_round_trip_is_bit_exact_and_keeps_custom_nodes(tmp_path):
+    state, like = make_state(1), make_state(0)
+    assert not np.array_equal(state.history, like.history)
+    path = ckpt.save(str(tmp_path), 1, state)
+    assert path == tmp_path / "1" and path.is_dir()
+    out = ckpt.restore(tmp_path, like)
+
+    assert jax.tree_util.tree_structure(out) == jax.tree_util.tree_structure(state)
+    leaves = (jax.tree_util.tree_leaves(t) for t in (out, state, like))
+    for got, want, tmpl in zip(*leaves, strict=True):
+        assert_bit_equal(got, want)
+        assert type(got) is type(tmpl)  # jax arrays stay jax arrays, numpy stays numpy
+    assert isinstance(out.space, C.ContextSpace) and list(out.space) == ["gravity", "mass"]
+    assert out.space["mass"].per_element and out.space["mass"].relative
+    assert float(out.space["gravity"].low) == 6.0
+    assert out.sharded.sharding == like.sharded.sharding
+    assert jax.random.key_impl(out.typed_key) == jax.random.key_impl(state.typed_key)
+
+
+def test_keep_last_n_and_latest(tmp_path):
+    assert ckpt.all_steps(tmp_path) == [] and ckpt.latest_step(tmp_path) is None
+    assert ckpt.all_steps(tmp_path / "missing") == []
+    for step in (1, 2, 5, 7, 10):
+        ckpt.save(tmp_path, step, {"x": jnp.full((3,), step, jnp.int32)}, keep=3)
+    assert ckpt.all_steps(tmp_path) == [5, 7, 10] and ckpt.latest_step(tmp_path) == 10
+    assert sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()) == [5, 7, 10]
+    assert not (tmp_path / ckpt._TRASH).exists()
+    like = {"x": jnp.zeros((3,), jnp.int32)}
+    assert ckpt.restore(tmp_path, like)["x"].tolist() == [10] * 3
+    assert ckpt.restore(tmp_path, like, step=5)["x"].tolist() == [5] * 3
+    ckpt.save(tmp_path, 11, {"x": jnp.full((3,), 11, jnp.int32)}, keep=1)
+    assert ckpt.all_steps(tmp_path) == [11]
+
+
+# --- a save killed at a random point (SIGKILL) leaves only complete checkpoints ---
+
+KEEP = 2
+N_BIG = 12_500_000  # 50 MB of uint32 per step
+
+CHILD = """
+import sys
+directory, progress, first, tests = sys.argv[1:]
+sys.path.insert(0, tests)
+from test_checkpoint import KEEP, big_state
+from metarl import checkpoint as ckpt
+for step in range(int(first), int(first) + 1000):
+    ckpt.save(directory, step, big_state(step), keep=KEEP)
+    with open(progress, "a") as f:
+        f.write(f"{step}\\n")
+"""
+
+
+def big_state(step: int) -> dict:
+    big = np.arange(N_BIG, dtype=np.uint32) * np.uint32(2654435761) + np.uint32(step)
+    space = C.ContextSpace({"gravity": C.Uniform(float(step), step + 1.0)})
+    return {"big": big, "step": np.int32(step), "space": space}
+
+
+def _save_then_kill(directory: pathlib.Path, first: int, delay: float) -> list[int]:
+    """Child saves steps first, first+1, ... until killed `delay` s after `first` is done;
+    returns the steps whose save returned."""
+    progress, log = directory.parent / f"progress-{first}", directory.parent / f"log-{first}"
+    with open(log, "w") as err:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(directory), str(progress), str(first), TESTS],
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+            stdout=err,
+            stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while not (progress.exists() and progress.read_text().endswith("\n")):
+            assert child.poll() is None, f"child died:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "child never finished its first save"
+            time.sleep(0.01)
+        time.sleep(delay)
+    finally:
+        child.kill()  # SIGKILL: no cleanup, no atexit, no orbax finalisation
+        child.wait()
+    return [int(s) for s in progress.read_text().split("\n")[:-1]]
+
+
+def _check_all_complete(directory: pathlib.Path, done: list[int]) -> list[int]:
+    steps = ckpt.all_steps(directory)
+    # the last save that returned survives; at most one newer step got finalised
+    assert done[-1] in steps and steps[-1] <= done[-1] + 1 and len(steps) <= KEEP + 1, steps
+    like = big_state(0)
+    for step in steps:
+        out = ckpt.restore(directory, like, step=step)
+        leaves = (jax.tree_util.tree_leaves(t) for t in (out, big_state(step)))
+        for got, want in zip(*leaves, strict=True):
+            assert_bit_equal(got, want)
+    return steps
+
+
+def test_save_killed_mid_write_keeps_previous_checkpoints(tmp_path):
+    directory, rng = tmp_path / "ckpt", random.Random()
+    done = _save_then_kill(directory, 1, rng.uniform(0.0, 1.5))
+    steps = _check_all_complete(directory, done)
+    # a new run resumes in the same (possibly dirty) directory, and is killed again
+    done = _save_then_kill(directory, steps[-1] + 1, rng.uniform(0.0, 1.5))
+    steps = _check_all_complete(directory, done)
+    # the next save clears orbax temporaries and half-deleted steps
+    ckpt.save(directory, steps[-1] + 1, big_state(steps[-1] + 1), keep=KEEP)
+    assert sorted(p.name for p in directory.iterdir() if not p.name.isdigit()) == []
+    shutil.rmtree(directory)  # ~150 MB
+
+
+# --- errors ---
+
+
+def test_errors_are_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path))):
+        ckpt.restore(tmp_path, {"x": np.zeros(3)})
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        ckpt.restore(tmp_path / "missing", {"x": np.zeros(3)})
+
+    state = {"x": np.arange(3.0), "space": C.ContextSpace({"gravity": C.Uniform(1.0, 2.0)})}
+    ckpt.save(tmp_path, 1, state)
+    with pytest.raises(FileNotFoundError, match=re.escape("available steps: [1]")):
+        ckpt.restore(tmp_path, state, step=2)
+    with pytest.raises(ValueError, match="already exists"):
+        ckpt.save(tmp_path, 1, {"x": np.zeros(3), "space": state["space"]})
+    assert np.array_equal(ckpt.restore(tmp_path, state)["x"], np.arange(3.0))
+    with pytest.raises(ValueError, match="keep"):
+        ckpt.save(tmp_path, 2, state, keep=0)
+    with pytest.raises(ValueError, match="nothing to save"):
+        ckpt.save(tmp_path, 2, {"x": np.zeros((0, 3))})
+    assert ckpt.all_steps(tmp_path) == [1]
+
+    bad_likes = [
+        {"x": np.zeros(4), "space": state["space"]},  # shape
+        {"x": np.zeros(3, np.float32), "space": state["space"]},  # dtype
+        {"y": np.zeros(3), "space": state["space"]},  # key
+        {
+            "x": np.zeros(3),
+            "space": C.ContextSpace(  # one more leaf inside a custom node
+                {"gravity": C.Uniform(1.0, 2.0), "mass": C.Scale(0.5, 1.5)}
+            ),
+        },
+        np.zeros(3),  # structure
+    ]
+    for like in bad_likes:
+        with pytest.raises(ValueError, match="does not match"):
+            ckpt.restore(tmp_path, like)

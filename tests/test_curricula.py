@@ -1,0 +1,517 @@
+"""curricula: schedules, gating and ADR bookkeeping on synthetic results (no training)."""
+
+import os
+
+import jax
+import numpy as np
+import pytest
+
+import curricula
+from metarl import contexts as C  # noqa: N812
+
+TARGET = C.ContextSpace(
+    {
+        "gravity": C.Uniform(5.0, 15.0),
+        "mass": C.Scale(0.5, 1.5, per_element=True),
+        "friction": C.Uniform([0.4, 0.5, 0.6], [1.2, 1.5, 1.8], per_element=True),
+        "viscosity": C.LogUniform(0.1, 10.0),
+    }
+)
+DEFAULTS = {
+    "gravity": np.float32(9.81),
+    "mass": np.ones(3, np.float32),
+    "friction": np.array([0.8, 0.9, 1.0], np.float32),
+    "viscosity": np.float32(1.0),
+}
+NAMES = list(TARGET)
+G_LOW, G_HIGH = 0, 1  # ADR boundary indices of "gravity"
+
+
+def _bounds(space):
+    """{name: (low, high)} as float64 arrays."""
+    return {n: tuple(np.asarray(x, np.float64) for x in space[n].support()) for n in space}
+
+
+def _shapes(tree):
+    return [np.shape(x) for x in jax.tree.leaves(tree)]
+
+
+def _assert_same_leaves(a, b):
+    """Same structure, and every leaf equal bit for bit (NaNs included)."""
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert x.tobytes() == y.tobytes()
+
+
+# -- fixed schedules --
+
+
+@pytest.mark.parametrize(
+    "make, start, segments, expected",
+    [
+        (curricula.LinearWidening, 0.2, 4, [0.2, 0.4, 0.6, 0.8, 1.0, 1.0, 1.0]),
+        (curricula.GeometricWidening, 0.125, 3, [0.125, 0.25, 0.5, 1.0, 1.0, 1.0]),
+        (curricula.LinearWidening, 1.0, 1, [1.0, 1.0, 1.0]),
+    ],
+)
+def test_widening_fractions_are_exact_at_each_segment(make, start, segments, expected):
+    cur = make(start, segments)
+    formula = {
+        curricula.LinearWidening: lambda k: start + (1.0 - start) * k / segments,
+        curricula.GeometricWidening: lambda k: start * (1.0 / start) ** (k / segments),
+    }[make]
+    state = cur.init(TARGET, defaults=DEFAULTS)
+    for k, value in enumerate(expected):
+        assert int(state.segment) == k
+        assert state.fraction.dtype == np.float32 and state.fraction.shape == ()
+        want = np.float32(1.0) if k >= segments else np.float32(formula(k))
+        assert state.fraction == want
+        np.testing.assert_allclose(state.fraction, value, rtol=1e-6)
+        state = cur.update(state, {})
+
+
+@pytest.mark.parametrize("make", [curricula.LinearWidening, curricula.GeometricWidening])
+@pytest.mark.parametrize("defaults", [DEFAULTS, None])
+def test_widening_ranges_grow_monotonically_to_exactly_the_target(make, defaults):
+    cur = make(0.1, 5)
+    state = cur.init(TARGET, defaults=defaults)
+    previous = None
+    for _ in range(7):
+        ranges = cur.ranges(state)
+        bounds = _bounds(ranges)
+        if previous is not None:
+            for n in NAMES:
+                assert np.all(bounds[n][0] <= previous[n][0]) and np.all(
+                    bounds[n][1] >= previous[n][1]
+                )
+        for n in NAMES:  # nested in the target
+            t_low, t_high = _bounds(TARGET)[n]
+            assert np.all(bounds[n][0] >= t_low - 1e-6) and np.all(bounds[n][1] <= t_high + 1e-6)
+        previous = bounds
+        state = cur.update(state, {"episode_return": 0.0})
+    _assert_same_leaves(cur.ranges(state), TARGET)
+
+
+def test_widening_scales_about_the_defaults_or_each_centre():
+    first = curricula.LinearWidening(0.2, 4).init(TARGET, defaults=DEFAULTS)
+    r = curricula.LinearWidening(0.2, 4).ranges(first)
+    np.testing.assert_allclose(r["gravity"].low, 9.81 + 0.2 * (5.0 - 9.81), rtol=1e-6)
+    np.testing.assert_allclose(r["gravity"].high, 9.81 + 0.2 * (15.0 - 9.81), rtol=1e-6)
+    np.testing.assert_allclose(r["mass"].low, 0.9, rtol=1e-6)  # relative: about 1
+    np.testing.assert_allclose(
+        r["friction"].low,
+        DEFAULTS["friction"] + 0.2 * (np.array([0.4, 0.5, 0.6]) - DEFAULTS["friction"]),
+        rtol=1e-6,
+    )
+    np.testing.assert_allclose(r["viscosity"].low, 10 ** (-0.2), rtol=1e-5)  # log space about 1
+    own = curricula.LinearWidening(0.2, 4)
+    r = own.ranges(own.init(TARGET))
+    np.testing.assert_allclose([r["gravity"].low, r["gravity"].high], [9.0, 11.0], rtol=1e-6)
+
+
+def test_widening_rejects_defaults_that_would_change_parameter_shapes():
+    target = C.ContextSpace({"friction": C.Uniform(0.4, 1.2, per_element=True)})
+    with pytest.raises(ValueError, match="shapes"):
+        curricula.LinearWidening(0.5, 2).init(target, defaults={"friction": [0.8, 0.9, 1.0]})
+
+
+# -- structure --
+
+
+def _curricula():
+    return [
+        curricula.LinearWidening(0.1, 3),
+        curricula.GeometricWidening(0.1, 3),
+        curricula.PerformanceGated(0.1, 0.3, threshold=5.0),
+        curricula.ADR(0.2, 0.25, 1.0, 5.0, buffer_size=2, boundary_prob=0.7),
+    ]
+
+
+def _results(num_envs, seed):
+    rng = np.random.default_rng(seed)
+    return {
+        "eval_return": float(rng.uniform(0, 10)),
+        "episode_return": float(rng.uniform(0, 10)),
+        "env_return_sum": rng.uniform(-5, 20, num_envs),
+        "env_episodes": rng.integers(0, 3, num_envs),
+    }
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_ranges_keep_the_targets_structure_and_leaf_shapes(index):
+    cur, n = _curricula()[index], 6
+    state = cur.init(TARGET, defaults=DEFAULTS, num_envs=n, key=jax.random.key(0))
+    structure = jax.tree.structure(
+        cur.init(TARGET, defaults=DEFAULTS, num_envs=n, key=jax.random.key(1))
+    )
+    per_env = isinstance(state, curricula.ADRState)
+    want = [((n,) if per_env else ()) + s for s in _shapes(TARGET)]
+    for seed in range(6):
+        ranges = cur.ranges(state)
+        assert isinstance(ranges, C.ContextSpace)
+        assert jax.tree.structure(ranges) == jax.tree.structure(TARGET)
+        assert _shapes(ranges) == want
+        assert all(np.asarray(x).dtype == np.float32 for x in jax.tree.leaves(ranges))
+        state = cur.update(state, _results(n, seed))
+        assert jax.tree.structure(state) == structure  # a fixed restore template
+    if per_env:
+        assert _shapes(curricula.adr_ranges(state)) == _shapes(TARGET)
+
+
+# -- performance gating --
+
+
+def test_gated_holds_below_the_threshold_and_widens_above_it():
+    cur = curricula.PerformanceGated(start=0.2, step=0.3, threshold=10.0)
+    state = cur.init(TARGET, defaults=DEFAULTS)
+    first = cur.ranges(state)
+    for value in (9.99, float("nan"), -3.0):
+        state = cur.update(state, {"eval_return": value})
+        assert state.fraction == np.float32(0.2)
+        _assert_same_leaves(cur.ranges(state), first)
+    state = cur.update(state, {"eval_return": 10.0})
+    np.testing.assert_allclose(state.fraction, 0.5, rtol=1e-6)
+    assert cur.ranges(state)["gravity"].low < first["gravity"].low
+    for _ in range(3):
+        state = cur.update(state, {"eval_return": 50.0, "episode_return": 0.0})
+    assert state.fraction == np.float32(1.0) and int(state.segment) == 7
+    _assert_same_leaves(cur.ranges(state), TARGET)
+
+
+def test_gated_relative_threshold_is_a_fraction_of_the_first_return():
+    cur = curricula.PerformanceGated(
+        start=0.2, step=0.1, threshold=0.9, relative=True, metric="episode_return"
+    )
+    state = cur.init(TARGET, defaults=DEFAULTS)
+    assert np.isnan(state.reference)
+    state = cur.update(state, {"episode_return": float("nan")})  # nothing measured yet
+    assert np.isnan(state.reference) and state.fraction == np.float32(0.2)
+    state = cur.update(state, {"episode_return": 100.0})  # reference; 100 >= 90 widens
+    assert state.reference == np.float32(100.0)
+    np.testing.assert_allclose(state.fraction, 0.3, rtol=1e-6)
+    state = cur.update(state, {"episode_return": 80.0})  # below 90: hold
+    np.testing.assert_allclose(state.fraction, 0.3, rtol=1e-6)
+    state = cur.update(state, {"episode_return": 95.0})  # above 90: widen
+    np.testing.assert_allclose(state.fraction, 0.4, rtol=1e-6)
+    assert state.reference == np.float32(100.0)
+
+    negative = cur.update(cur.init(TARGET), {"episode_return": -100.0})  # gate at -110
+    f = float(negative.fraction)
+    assert float(cur.update(negative, {"episode_return": -120.0}).fraction) == f
+    assert float(cur.update(negative, {"episode_return": -105.0}).fraction) > f
+
+
+def test_gated_needs_its_metric():
+    cur = curricula.PerformanceGated(0.2, 0.1, 1.0)
+    with pytest.raises(KeyError, match="eval_return"):
+        cur.update(cur.init(TARGET), {"episode_return": 3.0})
+
+
+# -- ADR --
+
+
+def _adr(**kw):
+    args = dict(start=0.2, delta=0.1, low_threshold=2.0, high_threshold=8.0, buffer_size=5)
+    args.update(kw)
+    return curricula.ADR(**args)
+
+
+def _assign(state, boundaries):
+    return state.replace(assignment=np.asarray(boundaries, np.int32))
+
+
+def _env_results(means, episodes):
+    episodes = np.asarray(episodes, np.float64)
+    return {"env_return_sum": np.asarray(means) * episodes, "env_episodes": episodes}
+
+
+def test_adr_starts_at_a_fraction_of_the_target_around_the_defaults():
+    cur = _adr()
+    state = cur.init(TARGET, defaults=DEFAULTS, num_envs=4, key=jax.random.key(0))
+    _assert_same_leaves(curricula.adr_ranges(state), TARGET.scaled(0.2, around=DEFAULTS))
+    assert state.buffers.shape == (8, 5) and state.counts.shape == (8,)
+    assert state.assignment.shape == (4,) and state.key.dtype == np.uint32
+    outside = cur.init(TARGET, defaults={**DEFAULTS, "gravity": 20.0}, num_envs=4, key=state.key)
+    g = curricula.adr_ranges(outside)["gravity"]  # [17, 19] clipped into the target
+    assert g.low == np.float32(15.0) and g.high == np.float32(15.0)
+
+
+@pytest.mark.parametrize("mean, direction", [(9.0, -1), (1.0, +1)])
+def test_adr_moves_one_boundary_after_buffer_size_entries(mean, direction):
+    """Returns above t_H at gravity's low boundary widen it by delta * width; below t_L shrink."""
+    cur = _adr()
+    state = cur.init(TARGET, defaults=DEFAULTS, num_envs=5, key=jax.random.key(0))
+    start = curricula.adr_ranges(state)
+    low0 = float(start["gravity"].low)
+    # env 0, 1: gravity low; env 2: gravity low without a finished episode; env 3: gravity high
+    # (returns between the thresholds: no move); env 4: no boundary.
+    assignment = [G_LOW, G_LOW, G_LOW, G_HIGH, -1]
+    results = _env_results([mean, mean, 100.0, 5.0, 100.0], [2, 1, 0, 1, 3])
+    for expected_count in (2, 4):
+        state = cur.update(_assign(state, assignment), results)
+        assert int(state.counts[G_LOW]) == expected_count
+        _assert_same_leaves(curricula.adr_ranges(state), start)
+    state = cur.update(_assign(state, assignment), results)  # 5th entry: decide, clear
+    assert int(state.counts[G_LOW]) == 0
+    assert int(state.counts[G_HIGH]) == 3  # between the thresholds: still collecting
+    moved = curricula.adr_ranges(state)
+    np.testing.assert_allclose(moved["gravity"].low, low0 + direction * 0.1 * 10.0, rtol=1e-6)
+    assert moved["gravity"].high == start["gravity"].high
+    for n in NAMES[1:]:
+        _assert_same_leaves(moved[n], start[n])
+
+
+def test_adr_holds_a_boundary_whose_mean_is_between_the_thresholds():
+    cur = _adr(buffer_size=4)
+    state = cur.init(TARGET, defaults=DEFAULTS, num_envs=5, key=jax.random.key(0))
+    start = curricula.adr_ranges(state)
+    results = _env_results([7.9, 2.1, 5.0, 5.0, 9.0], np.ones(5))
+    state = cur.update(_assign(state, [G_HIGH] * 4 + [-1]), results)
+    assert int(state.counts[G_HIGH]) == 0  # decided (mean 5.0) and cleared
+    _assert_same_leaves(curricula.adr_ranges(state), start)
+
+
+def test_adr_steps_per_element_and_in_log_space_at_most_once_per_update():
+    cur = _adr(buffer_size=1)
+    state = cur.init(TARGET, defaults=DEFAULTS, num_envs=3, key=jax.random.key(0))
+    start = curricula.adr_ranges(state)
+    friction_low, viscosity_high = 2 * NAMES.index("friction"), 2 * NAMES.index("viscosity") + 1
+    # two entries for friction's low boundary: it moves once, the stale second entry is dropped
+    assignment = [friction_low, friction_low, viscosity_high]
+    state = cur.update(_assign(state, assignment), _env_results([9.0, 9.0, 9.0], [1, 1, 1]))
+    assert not state.counts.any()
+    moved = curricula.adr_ranges(state)
+    np.testing.assert_allclose(
+        moved["friction"].low, start["friction"].low - 0.1 * np.array([0.8, 1.0, 1.2]), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        moved["viscosity"].high, start["viscosity"].high * 100**0.1, rtol=1e-5
+    )
+    _assert_same_leaves(moved["gravity"], start["gravity"])
+
+
+def test_adr_boundaries_never_leave_the_target_nor_cross():
+    cur = _adr(delta=0.3, buffer_size=2, boundary_prob=0.8)
+    n = 24
+    state = cur.init(TARGET, defaults=DEFAULTS, num_envs=n, key=jax.random.key(3))
+    target = _bounds(TARGET)
+    rng = np.random.default_rng(0)
+
+    def check(state):
+        current = _bounds(curricula.adr_ranges(state))
+        for name in NAMES:
+            (lo, hi), (t_lo, t_hi) = current[name], target[name]
+            assert np.all(t_lo <= lo) and np.all(lo <= hi) and np.all(hi <= t_hi), name
+
+    for mean in (20.0, -20.0, None):  # all widen, all shrink, then a random walk
+        for _ in range(25):
+            means = rng.uniform(-20, 30, n) if mean is None else np.full(n, mean)
+            state = cur.update(state, _env_results(means, rng.integers(0, 3, n)))
+            check(state)
+        if mean == 20.0:
+            _assert_same_leaves(
+                curricula.adr_ranges(state), TARGET
+            )  # clipped exactly at the target
+        if mean == -20.0:
+            current = _bounds(curricula.adr_ranges(state))
+            for name in NAMES:  # collapsed to a point, never crossed
+                np.testing.assert_array_equal(current[name][0], current[name][1])
+
+
+def test_adr_per_env_ranges_pin_exactly_the_assigned_boundary():
+    cur = _adr(boundary_prob=0.9)
+    n = 40
+    state = cur.init(TARGET, defaults=DEFAULTS, num_envs=n, key=jax.random.key(7))
+    state = cur.update(state, _env_results(np.full(n, 9.0), np.ones(n)))  # move some boundaries
+    current, ranges = curricula.adr_ranges(state), cur.ranges(state)
+    assert set(state.assignment.tolist()) >= {-1, 0, 1, 7}
+    for i, b in enumerate(state.assignment.tolist()):
+        row = jax.tree.map(lambda x, i=i: x[i], ranges)
+        if b < 0:
+            _assert_same_leaves(row, current)
+            continue
+        name, side = NAMES[b // 2], ("low", "high")[b % 2]
+        value = getattr(current[name], side)
+        _assert_same_leaves(row, current.pinned({name: value}))
+        np.testing.assert_array_equal(row[name].low, value)
+        np.testing.assert_array_equal(row[name].high, value)
+        for other in NAMES:
+            if other != name:
+                _assert_same_leaves(row[other], current[other])
+
+
+def test_adr_assigns_about_boundary_prob_of_the_envs_uniformly():
+    cur = _adr(boundary_prob=0.3)
+    n = 4000
+    state = cur.init(TARGET, defaults=DEFAULTS, num_envs=n, key=jax.random.key(11))
+    again = cur.init(TARGET, defaults=DEFAULTS, num_envs=n, key=jax.random.key(11))
+    np.testing.assert_array_equal(state.assignment, again.assignment)  # the key decides
+    nothing = _env_results(np.zeros(n), np.zeros(n))
+    for _ in range(2):
+        a = state.assignment
+        assert abs((a >= 0).mean() - 0.3) < 0.03
+        per_boundary = np.bincount(a[a >= 0], minlength=8)
+        assert per_boundary.shape == (8,) and np.all(
+            np.abs(per_boundary / (a >= 0).sum() - 1 / 8) < 0.04
+        )
+        previous = a
+        state = cur.update(state, nothing)
+        assert not np.array_equal(state.assignment, previous)  # a fresh draw each segment
+    assert np.all(
+        _adr(boundary_prob=0.0).init(TARGET, num_envs=50, key=jax.random.key(0)).assignment == -1
+    )
+    assert np.all(
+        _adr(boundary_prob=1.0).init(TARGET, num_envs=50, key=jax.random.key(0)).assignment >= 0
+    )
+
+
+def test_adr_needs_per_env_results():
+    cur = _adr()
+    state = cur.init(TARGET, num_envs=4, key=jax.random.key(0))
+    with pytest.raises(KeyError, match="env_episodes"):
+        cur.update(state, {"env_return_sum": np.zeros(4)})
+    with pytest.raises(KeyError, match="env_return_sum"):
+        cur.update(state, {"episode_return": 1.0})
+
+
+# -- state round trips --
+
+
+def _states():
+    """A state of every curriculum after a few synthetic updates, and a fresh template of each."""
+    out, n = [], 6
+    for cur in _curricula():
+        state = cur.init(TARGET, defaults=DEFAULTS, num_envs=n, key=jax.random.key(5))
+        for seed in range(4):
+            state = cur.update(state, _results(n, seed))
+        like = cur.init(TARGET, defaults=DEFAULTS, num_envs=n, key=jax.random.key(0))
+        out.append((cur, state, like))
+    return out
+
+
+def test_state_round_trips_through_flatten_and_unflatten():
+    for cur, state, _ in _states():
+        leaves, treedef = jax.tree.flatten(state)
+        back = jax.tree.unflatten(treedef, leaves)
+        assert type(back) is type(state)
+        _assert_same_leaves(back, state)
+        _assert_same_leaves(cur.ranges(back), cur.ranges(state))
+        _assert_same_leaves(cur.update(back, _results(6, 9)), cur.update(state, _results(6, 9)))
+
+
+CHECKPOINT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "metarl", "checkpoint.py")
+
+
+@pytest.mark.skipif(not os.path.exists(CHECKPOINT), reason="metarl.checkpoint not available")
+def test_state_round_trips_through_a_checkpoint_bit_for_bit(tmp_path):
+    from metarl import checkpoint
+
+    states = _states()
+    saved = {type(s).__name__ + str(i): s for i, (_, s, _) in enumerate(states)}
+    like = {type(s).__name__ + str(i): t for i, (_, s, t) in enumerate(states)}
+    checkpoint.save(tmp_path / "ckpt", 3, saved)
+    restored = checkpoint.restore(tmp_path / "ckpt", like)
+    _assert_same_leaves(restored, saved)
+    for i, (cur, state, _) in enumerate(states):  # it resumes exactly where it stopped
+        back = restored[type(state).__name__ + str(i)]
+        assert type(back) is type(state)
+        _assert_same_leaves(cur.update(back, _results(6, 1)), cur.update(state, _results(6, 1)))
+
+
+# -- bad input --
+
+
+def _adr_state(n=4):
+    return _adr().init(TARGET, num_envs=n, key=jax.random.key(0))
+
+
+BAD = {
+    "linear start 0": (lambda: curricula.LinearWidening(0.0, 3), "start"),
+    "linear start > 1": (lambda: curricula.LinearWidening(1.5, 3), "start"),
+    "geometric start nan": (lambda: curricula.GeometricWidening(float("nan"), 3), "start"),
+    "gated start < 0": (lambda: curricula.PerformanceGated(-0.1, 0.1, 1.0), "start"),
+    "adr start > 1": (lambda: _adr(start=2.0), "start"),
+    "segments 0": (lambda: curricula.LinearWidening(0.5, 0), "segments"),
+    "segments float": (lambda: curricula.GeometricWidening(0.5, 2.5), "segments"),
+    "gated step 0": (lambda: curricula.PerformanceGated(0.5, 0.0, 1.0), "step"),
+    "gated metric": (
+        lambda: curricula.PerformanceGated(0.5, 0.1, 1.0, metric="reward"),
+        "eval_return",
+    ),
+    "gated relative threshold": (
+        lambda: curricula.PerformanceGated(0.5, 0.1, -0.5, relative=True),
+        "threshold",
+    ),
+    "thresholds in the wrong order": (lambda: _adr(low_threshold=8.0, high_threshold=2.0), "order"),
+    "equal thresholds": (lambda: _adr(low_threshold=3.0, high_threshold=3.0), "order"),
+    "buffer_size 0": (lambda: _adr(buffer_size=0), "buffer_size"),
+    "boundary_prob < 0": (lambda: _adr(boundary_prob=-0.1), "boundary_prob"),
+    "boundary_prob > 1": (lambda: _adr(boundary_prob=1.5), "boundary_prob"),
+    "delta 0": (lambda: _adr(delta=0.0), "delta"),
+    "linear target dict": (
+        lambda: curricula.LinearWidening(0.5, 2).init({"gravity": C.Uniform(5.0, 15.0)}),
+        "ContextSpace",
+    ),
+    "gated target None": (
+        lambda: curricula.PerformanceGated(0.5, 0.1, 1.0).init(None),
+        "ContextSpace",
+    ),
+    "adr target dict": (
+        lambda: _adr().init(dict(TARGET), num_envs=2, key=jax.random.key(0)),
+        "ContextSpace",
+    ),
+    "adr normal dimension": (
+        lambda: _adr().init(
+            C.ContextSpace(
+                {"gravity": C.Uniform(5.0, 15.0), "mass": C.Normal(1.0, 0.1, relative=True)}
+            ),
+            num_envs=2,
+            key=jax.random.key(0),
+        ),
+        "'mass'",
+    ),
+    "adr no num_envs": (lambda: _adr().init(TARGET, key=jax.random.key(0)), "num_envs"),
+    "adr no key": (lambda: _adr().init(TARGET, num_envs=2), "key"),
+    "defaults not a mapping": (
+        lambda: curricula.LinearWidening(0.5, 2).init(TARGET, defaults=9.81),
+        "defaults",
+    ),
+    "per-env results of another length": (
+        lambda: _adr().update(_adr_state(4), _env_results(np.zeros(3), np.ones(3))),
+        "num_envs",
+    ),
+    "results not a mapping": (lambda: _adr().update(_adr_state(4), [1.0]), "mapping"),
+    "state of another curriculum": (
+        lambda: curricula.LinearWidening(0.5, 2).update(_adr_state(), {}),
+        "WideningState",
+    ),
+    "space of other names": (
+        lambda: curricula.check_compatible(
+            _adr_state(), C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)})
+        ),
+        "a target space of other names",
+    ),
+    "space of other shapes": (
+        lambda: curricula.check_compatible(
+            _adr_state(),
+            C.ContextSpace({**TARGET, "friction": C.Uniform(0.4, 1.2, per_element=True)}),
+        ),
+        "shapes",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_raises_a_clear_value_error(case):
+    make, message = BAD[case]
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_check_compatible_accepts_the_state_of_its_own_space():
+    for cur in _curricula():
+        curricula.check_compatible(
+            cur.init(TARGET, defaults=DEFAULTS, num_envs=3, key=jax.random.key(0)), TARGET
+        )

@@ -1,0 +1,222 @@
+"""metarl.logging: a run written with RunLogger, read back with TensorBoard's EventAccumulator."""
+
+import dataclasses
+import io
+import re
+
+import numpy as np
+import pytest
+from PIL import Image
+from tensorboard.backend.event_processing import event_accumulator as ea
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+from metarl import contexts as C  # noqa: N812
+from metarl import logging as L  # noqa: N812
+
+SPACE = C.ContextSpace(
+    {"gravity": C.Uniform(5.0, 15.0), "mass": C.Scale(0.5, 1.5, per_element=True)}
+)
+WIDER = C.ContextSpace(  # per-element ranges: logged as min(low), max(high)
+    {
+        "gravity": C.Uniform(4.0, 16.0),
+        "mass": C.Scale([0.4, 0.7, 0.3], [1.2, 1.9, 1.5], per_element=True),
+    }
+)
+GRID_X, GRID_Y = np.linspace(5.0, 15.0, 5), np.linspace(0.5, 1.5, 4)
+
+
+@dataclasses.dataclass
+class PPOConfig:
+    lr: float = 3e-4
+    hidden: tuple = (64, 64)
+
+
+@dataclasses.dataclass
+class Config:
+    seed: int = 0
+    env: str = "ant"
+    normalise: bool = True
+    schedule: object = None
+    ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
+
+
+def _accumulator(logdir):
+    acc = ea.EventAccumulator(
+        str(logdir),
+        size_guidance={ea.SCALARS: 0, ea.HISTOGRAMS: 0, ea.IMAGES: 0, ea.TENSORS: 0},
+    )
+    acc.Reload()
+    return acc
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("run")
+    contexts = {"gravity": np.array([5.5, 9.8, 14.0, 7.25]), "mass": np.full((4, 3), 1.25)}
+    returns_2d = np.add.outer(GRID_Y, GRID_X)
+    figures = []
+
+    def spy(*args):  # keeps the figure log_heatmap renders, to inspect its labels
+        figures.append(real_heatmap_figure(*args))
+        return figures[-1]
+
+    real_heatmap_figure = L.heatmap_figure
+    with (
+        pytest.MonkeyPatch.context() as mp,
+        L.RunLogger(logdir, ["gravity", "mass"], units={"gravity": "m/s^2"}) as log,
+    ):
+        mp.setattr(L, "heatmap_figure", spy)
+        log.log_train(
+            1000,
+            {
+                "episode_return": 12.5,
+                "policy_loss": 0.25,
+                "per_env": np.ones(4),
+                "nan_loss": float("nan"),
+            },
+            2048.0,
+        )
+        log.log_train(2000, {"episode_return": 20.0, "policy_loss": 0.125})
+        log.log_ranges(1000, SPACE)
+        log.log_ranges(2000, WIDER)
+        log.log_contexts(2000, contexts)
+        log.log_eval(
+            2000,
+            {"train": 30.0, "interpolation": 25.0, "extrapolation": 10.0},
+            gap=5.0,
+            stds={"train": 1.5, "interpolation": 2.5, "extrapolation": 3.5},
+        )
+        log.log_heatmap(2000, "gravity", GRID_X, "mass", GRID_Y, returns_2d)
+        log.log_train(3000, {"episode_return": 22.0})
+        log.log_hparams(Config(), {"eval/interpolation/return": 25.0, "zero": 0, "bad": np.nan})
+        units = dict(log.units)
+    return logdir, _accumulator(logdir), contexts, units, figures
+
+
+def test_scalars_values_and_steps(run):
+    logdir, *_ = run
+    got = L.read_scalars(logdir)
+    expected = {
+        "train/return": [(1000, 12.5), (2000, 20.0), (3000, 22.0)],
+        "train/policy_loss": [(1000, 0.25), (2000, 0.125)],
+        "perf/env_steps_per_sec": [(1000, 2048.0)],
+        "curriculum/gravity/low": [(1000, 5.0), (2000, 4.0)],
+        "curriculum/gravity/high": [(1000, 15.0), (2000, 16.0)],
+        "curriculum/mass/low": [(1000, 0.5), (2000, 0.3)],
+        "curriculum/mass/high": [(1000, 1.5), (2000, 1.9)],
+        "eval/train/return": [(2000, 30.0)],
+        "eval/interpolation/return": [(2000, 25.0)],
+        "eval/extrapolation/return": [(2000, 10.0)],
+        "eval/train/return_std": [(2000, 1.5)],
+        "eval/interpolation/return_std": [(2000, 2.5)],
+        "eval/extrapolation/return_std": [(2000, 3.5)],
+        "eval/generalization_gap": [(2000, 5.0)],
+        "hparams/eval/interpolation/return": [(3000, 25.0)],  # at the last step
+        "hparams/zero": [(3000, 0.0)],
+    }
+    assert set(got) == set(expected)  # arrays and NaN are not logged
+    for tag, points in expected.items():
+        assert [s for s, _ in got[tag]] == [s for s, _ in points], tag
+        np.testing.assert_allclose([v for _, v in got[tag]], [v for _, v in points], rtol=1e-6)
+
+
+def test_tag_functions_match_scheme():
+    assert L.train_tag("episode_return") == L.TRAIN_RETURN == "train/return"
+    assert L.range_tags("mass") == ("curriculum/mass/low", "curriculum/mass/high")
+    assert L.eval_return_tag("extrapolation") == "eval/extrapolation/return"
+    assert L.context_tag("geom_friction[:, 0]") == "context/geom_friction____0_"
+
+
+def test_context_histograms(run):
+    _, acc, contexts, *_ = run
+    assert {"context/gravity", "context/mass"} <= set(acc.Tags()[ea.HISTOGRAMS])
+    for name, values in contexts.items():
+        (event,) = acc.Histograms(f"context/{name}")
+        h = event.histogram_value
+        assert event.step == 2000
+        assert h.num == values.size
+        assert (h.min, h.max) == pytest.approx((values.min(), values.max()))
+        assert h.sum == pytest.approx(values.sum())
+
+
+def test_heatmap_image(run):
+    _, acc, *_ = run
+    (event,) = acc.Images(L.HEATMAP)
+    assert event.step == 2000
+    assert (event.width, event.height) == L.HEATMAP_SIZE
+    img = np.asarray(Image.open(io.BytesIO(event.encoded_image_string)).convert("RGB"))
+    assert img.shape == (L.HEATMAP_SIZE[1], L.HEATMAP_SIZE[0], 3)
+    assert len(np.unique(img.reshape(-1, 3), axis=0)) > 50  # plot, not a blank canvas
+    assert (img.std(axis=(0, 1)) > 10).all()
+
+
+def test_heatmap_labels_ticks_colorbar(run):
+    *_, units, figures = run
+    assert units == {"gravity": "m/s^2", "mass": "x default"}  # mass from log_ranges
+    (fig,) = figures
+    ax, cbar = fig.axes
+    assert ax.get_xlabel() == "gravity [m/s^2]" and ax.get_ylabel() == "mass [x default]"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["5", "7.5", "10", "12.5", "15"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0.5", "0.833", "1.17", "1.5"]
+    assert cbar.get_ylabel() == "mean return"
+    with pytest.raises(ValueError, match="shape"):
+        L.heatmap_figure("x", GRID_X, "y", GRID_Y, np.zeros((5, 4)))
+
+
+def test_custom_scalars_layout(run):
+    logdir, acc, *_ = run
+    (event,) = acc.Tensors("custom_scalars__config__")
+    layout = layout_pb2.Layout.FromString(event.tensor_proto.string_val[0])
+    assert len(layout.category) == 1  # one dashboard
+    charts = {c.title: list(c.multiline.tag) for c in layout.category[0].chart}
+    tags = set(L.read_scalars(logdir))
+
+    def shown(title):  # the custom-scalars plugin keeps the tags that re.match a regex
+        return {t for t in tags if any(re.match(rx, t) for rx in charts[title])}
+
+    assert list(charts) == [
+        "return: train vs held-out",
+        "generalization gap",
+        "curriculum: gravity",
+        "curriculum: mass",
+    ]
+    assert shown("return: train vs held-out") == {
+        "train/return",
+        "eval/train/return",  # not the return_std tags, nor hparams/eval/...
+        "eval/interpolation/return",
+        "eval/extrapolation/return",
+    }
+    assert shown("generalization gap") == {"eval/generalization_gap"}
+    assert shown("curriculum: gravity") == {"curriculum/gravity/low", "curriculum/gravity/high"}
+    assert shown("curriculum: mass") == {"curriculum/mass/low", "curriculum/mass/high"}
+
+
+def test_hparams_plugin_data(run):
+    _, acc, *_ = run
+    content = acc.PluginTagToContent("hparams")
+    exp = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    assert [m.name.tag for m in exp.metric_infos] == [
+        "hparams/eval/interpolation/return",
+        "hparams/zero",
+    ]
+    ssi = plugin_data_pb2.HParamsPluginData.FromString(
+        content["_hparams_/session_start_info"]
+    ).session_start_info
+    hp = {k: getattr(v, v.WhichOneof("kind")) for k, v in ssi.hparams.items()}
+    assert hp == {
+        "seed": 0.0,
+        "env": "ant",
+        "normalise": True,
+        "schedule": "None",
+        "ppo.lr": pytest.approx(3e-4),
+        "ppo.hidden": "(64, 64)",
+    }
+    assert "_hparams_/session_end_info" in content
+
+
+def test_flatten_hparams():
+    flat = L.flatten_hparams({"a": {"b": np.float32(0.5), "c": np.arange(2)}, "d": PPOConfig()})
+    assert flat == {"a.b": 0.5, "a.c": "[0 1]", "d.lr": 3e-4, "d.hidden": "(64, 64)"}
+    with pytest.raises(TypeError):
+        L.flatten_hparams([1, 2])
