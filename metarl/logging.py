@@ -149,13 +149,16 @@ class RunLogger:
         logdir: str | os.PathLike,
         context_names: Sequence[str],
         units: Mapping[str, str] | None = None,
+        purge_step: int | None = None,
     ):
+        """`purge_step`: when resuming a run, events at or after this step that an
+        interrupted run left behind are hidden from TensorBoard."""
         if isinstance(context_names, str):
             raise TypeError("context_names must be a sequence of names, not one string")
         self.logdir = os.fspath(logdir)
         self.context_names = tuple(context_names)
         self.units = dict(units or {})
-        self._writer = SummaryWriter(logdir=self.logdir)
+        self._writer = SummaryWriter(logdir=self.logdir, purge_step=purge_step)
         self._last_step = 0
         self._writer.add_custom_scalars(self.layout())
 
@@ -248,8 +251,14 @@ class RunLogger:
             self._writer.add_scalar(tag, value, self._last_step)
 
     def flush(self) -> None:
-        """Writes pending events to disk."""
-        self._writer.flush()
+        """Writes every pending event to disk before returning.
+
+        tensorboardX's own flush leaves events queued in its writer thread, so a
+        run killed right after it loses them; closing the writer drains the
+        queue, and the next events go to a fresh event file in the same logdir.
+        """
+        self._writer.close()
+        self._writer = SummaryWriter(logdir=self.logdir)
 
     def close(self) -> None:
         """Flushes and closes the event file."""

@@ -194,9 +194,10 @@ def _hidden_sign_returns(core: str) -> np.ndarray:
     space = C.ContextSpace({"actuator_gain": C.Choice([-1.0, 1.0], relative=True)})
     env = make_contextual("puck", space, episode_length=50)
     config = ppo.PPOConfig(
-        num_envs=128,
+        num_envs=256,
         unroll_length=25,
-        num_minibatches=4,
+        num_minibatches=8,
+        clipping_epsilon=0.2,
         core=core,
         rl2_inputs=core != "mlp",
         learning_rate=3e-4,
@@ -205,10 +206,10 @@ def _hidden_sign_returns(core: str) -> np.ndarray:
         policy_hidden=(32,),
         value_hidden=(32,),
     )
-    space_, ts, _ = ppo.train(env, config, 240_000, segments=2)
+    trained, ts, _ = ppo.train(env, config, 300_000, segments=2)
     signs = E.ContextSet("train", {"actuator_gain": np.array([-1.0, 1.0], np.float32)})
     result = E.Evaluator(env, episodes=4, max_contexts=2).evaluate(
-        ppo.make_policy(space_, ts), signs, jax.random.key(3)
+        ppo.make_policy(trained, ts), signs, jax.random.key(3)
     )
     return result.mean
 

@@ -29,7 +29,6 @@ from metarl.contexts.quantities import QUANTITIES, UNREAD, Quantity
 Context = dict[str, jax.Array]
 
 
-@jax.tree_util.register_pytree_node_class
 class ContextSpace(Mapping):
     """An ordered mapping {name: Distribution}.
 
@@ -67,12 +66,16 @@ class ContextSpace(Mapping):
         inner = ", ".join(f"{k!r}: {v!r}" for k, v in self._dists.items())
         return f"ContextSpace({{{inner}}})"
 
-    # pytree protocol
-    def tree_flatten(self):
+    # pytree protocol (names are the keys of the key paths)
+    def _flatten_with_keys(self):
+        children = [(jax.tree_util.DictKey(n), d) for n, d in self._dists.items()]
+        return children, tuple(self._dists)
+
+    def _flatten(self):
         return tuple(self._dists.values()), tuple(self._dists)
 
     @classmethod
-    def tree_unflatten(cls, names, dists):
+    def _unflatten(cls, names, dists):
         obj = object.__new__(cls)
         obj._dists = dict(zip(names, dists))
         return obj
@@ -140,6 +143,13 @@ def _shared_default(name: str, dist: Distribution, defaults: Mapping) -> np.ndar
         value = value.flat[0]
     return value
 
+
+jax.tree_util.register_pytree_with_keys(
+    ContextSpace,
+    ContextSpace._flatten_with_keys,
+    ContextSpace._unflatten,
+    ContextSpace._flatten,
+)
 
 CANONICAL_NAMES = tuple(QUANTITIES)
 

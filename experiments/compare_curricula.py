@@ -1,0 +1,82 @@
+"""Fixed domain randomization vs linear widening vs ADR on one task, same
+budget, all evaluated on the same held-out sets (the extrapolation set above
+all): does a curriculum buy generalization?
+
+    python experiments/compare_curricula.py --logdir runs/compare
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import tyro
+
+import curricula
+from metarl import contexts as C
+from metarl import experiment
+from metarl.agents.ppo import PPOConfig
+from metarl.envs import make_contextual
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    logdir: str = "runs/compare_curricula"
+    segments: int = 6
+    steps_per_segment: int = 50_000
+    seed: int = 0
+    ppo: PPOConfig = PPOConfig(
+        num_envs=128,
+        unroll_length=16,
+        num_minibatches=4,
+        learning_rate=1e-3,
+        entropy_cost=1e-3,
+        policy_hidden=(32, 32),
+        value_hidden=(64, 64),
+    )
+    eval: experiment.EvalConfig = experiment.EvalConfig(contexts=8, episodes=2)
+
+
+def curricula_to_compare(segments: int) -> dict[str, curricula.Curriculum]:
+    return {
+        "fixed_dr": curricula.LinearWidening(start=1.0, segments=1),
+        "linear": curricula.LinearWidening(start=0.1, segments=max(1, segments - 2)),
+        "adr": curricula.ADR(
+            start=0.1, delta=0.2, low_threshold=200.0, high_threshold=450.0, buffer_size=4
+        ),
+    }
+
+
+def main(cfg: Config) -> dict[str, list[dict]]:
+    target = C.ContextSpace(
+        {
+            "gravity": C.Uniform(4.0, 20.0),  # m/s^2
+            "mass": C.Scale(0.3, 3.0, per_element=True),  # x default
+        }
+    )
+    env = make_contextual("inverted_pendulum", target, episode_length=500)
+    results = {}
+    for name, curriculum in curricula_to_compare(cfg.segments).items():
+        print(f"\n== {name} ==")
+        exp = experiment.Experiment(
+            env=env,
+            target=target,
+            curriculum=curriculum,
+            ppo=dataclasses.replace(cfg.ppo, seed=cfg.seed),
+            eval=cfg.eval,
+        )
+        results[name] = experiment.run(
+            exp,
+            logdir=pathlib.Path(cfg.logdir) / name,
+            segments=cfg.segments,
+            steps_per_segment=cfg.steps_per_segment,
+            seed=cfg.seed,
+            hparams=cfg,
+            table=False,
+        )
+    experiment.print_comparison(results, cfg.logdir)
+    return results
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Config))
