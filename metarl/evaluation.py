@@ -48,7 +48,8 @@ class ContextSet:
     values: dict[str, np.ndarray]
 
     def __len__(self) -> int:
-        return len(next(iter(self.values.values()))) if self.values else 0
+        # An empty space has one context: the env's own physics.
+        return len(next(iter(self.values.values()))) if self.values else 1
 
 
 def _intervals(space: ContextSpace) -> dict[str, tuple[float, float]]:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 
 class MLP(nn.Module):
@@ -29,39 +30,22 @@ class MLP(nn.Module):
         return x
 
 
-class _Stateless(nn.Module):
-    """The feed-forward 'core': no carry."""
-
-    features: int
-
-    def initialize_carry(self, batch_shape):
-        return ()
-
-    def __call__(self, carry, x):
-        return carry, x
-
-
-def _gru(features):
-    return nn.GRUCell(features)
-
-
-def _lstm(features):
-    return nn.OptimizedLSTMCell(features)
-
-
-CORES = {"mlp": _Stateless, "gru": _gru, "lstm": _lstm}
+# Recurrent cores: flax cells, stepped one time step at a time (None: feed-forward).
+CORES = {"mlp": None, "gru": nn.GRUCell, "lstm": nn.OptimizedLSTMCell}
 
 
 def initial_carry(core: str, hidden: int, batch_shape: tuple[int, ...]):
-    """Zero carry of a core for `batch_shape` leading dims."""
-    if core == "mlp":
-        return ()
-    cell = CORES[core](hidden)
-    return cell.initialize_carry(jax.random.key(0), batch_shape + (hidden,))
+    """Zero carry of a core for `batch_shape` leading dims (GRU: h; LSTM: (c, h))."""
+    zeros = lambda: jnp.zeros(batch_shape + (hidden,), jnp.float32)  # noqa: E731
+    return {"mlp": lambda: (), "gru": zeros, "lstm": lambda: (zeros(), zeros())}[core]()
 
 
 class Tower(nn.Module):
-    """encoder -> core -> head. Output size `out`."""
+    """encoder -> core -> head. Output size `out`.
+
+    `encode` and `decode` have no time dependency, so a learner can apply them
+    to a whole [T, B] sequence at once and loop over time for `recur` only.
+    """
 
     encoder: Sequence[int]
     core: str
@@ -69,12 +53,26 @@ class Tower(nn.Module):
     head: Sequence[int]
     out: int
 
-    @nn.compact
+    def setup(self):
+        self.encode_mlp = MLP(tuple(self.encoder), activate_last=True)
+        self.cell = None if CORES[self.core] is None else CORES[self.core](self.hidden)
+        self.head_mlp = MLP(tuple(self.head) + (self.out,))
+
+    def encode(self, x):
+        return self.encode_mlp(x)
+
+    def recur(self, carry, h, reset):
+        """One core step on features `h`; the carry restarts where `reset` is 1."""
+        if self.cell is None:
+            return carry, h
+        fresh = initial_carry(self.core, self.hidden, reset.shape)
+        keep = (1.0 - reset)[..., None]
+        carry = jax.tree.map(lambda c, z: c * keep + z * (1.0 - keep), carry, fresh)
+        return self.cell(carry, h)
+
+    def decode(self, h):
+        return self.head_mlp(h)
+
     def __call__(self, carry, x, reset):
-        h = MLP(tuple(self.encoder), activate_last=True)(x)
-        if self.core != "mlp":
-            fresh = initial_carry(self.core, self.hidden, reset.shape)
-            keep = (1.0 - reset)[..., None]
-            carry = jax.tree.map(lambda c, z: c * keep + z * (1.0 - keep), carry, fresh)
-            carry, h = CORES[self.core](self.hidden)(carry, h)
-        return carry, MLP(tuple(self.head) + (self.out,))(h)
+        carry, h = self.recur(carry, self.encode(x), reset)
+        return carry, self.decode(h)

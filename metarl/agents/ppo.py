@@ -238,40 +238,66 @@ def _unroll(env, agent, config, params, normalizer, es: EnvState):
     return jax.lax.scan(step, es, None, length=config.unroll_length)
 
 
+def _over_time(agent, params, normalizer, fields: tuple[str, ...], cores0: dict, obs, carry):
+    """Runs towers ("policy" and/or "value") over a [T, B] sequence.
+
+    Encoders and heads take the whole sequence in one batched call; only the
+    recurrent core loops over time (all towers in one loop), starting from
+    `cores0[field]` and resetting where the stored carry says so. Returns
+    ({field: core after each step [T, B, ...]}, {field: output [T, B, ...]}).
+    """
+    actor_in, critic_in = agent.inputs(normalizer, obs, carry)
+    towers = dict(zip(("policy", "value"), agent.towers()))
+    inputs = {"policy": actor_in, "value": critic_in}
+    h = {f: towers[f].apply(params[f], inputs[f], method="encode") for f in fields}
+    if agent.core == "mlp":
+        cores = {f: () for f in fields}
+    else:
+
+        def step(cores, x):
+            h_t, reset_t = x
+            out = {
+                f: towers[f].apply(params[f], cores[f], h_t[f], reset_t, method="recur")
+                for f in fields
+            }
+            cores = {f: o[0] for f, o in out.items()}
+            return cores, (cores, {f: o[1] for f, o in out.items()})
+
+        cores, h = jax.lax.scan(step, cores0, (h, carry.reset))[1]
+    outs = {f: towers[f].apply(params[f], h[f], method="decode") for f in fields}
+    if "value" in outs:
+        outs["value"] = outs["value"][..., 0]
+    return cores, outs
+
+
 def _critic(agent, params, normalizer, value_carry, data: Transition, last_obs, last_carry):
-    """Values over an unroll: V(obs_t), V(obs_{t+1}), V(final_obs_t) [T, B], end carry."""
-
-    def step(core, x):
-        obs, carry, final_obs, next_carry = x
-        v_fn = jax.vmap(lambda o, c: agent.value(params, normalizer, o, c))
-        core, v = v_fn(obs, carry.replace(value=core))
-        _, v_final = v_fn(final_obs, next_carry.replace(value=core))
-        return core, (v, v_final)
-
-    core, (values, values_final) = jax.lax.scan(
-        step, value_carry, (data.obs, data.carry, data.final_obs, data.next_carry)
+    """V(obs_t), V(obs_{t+1}), V(final_obs_t) over an unroll [T, B], and the end carry."""
+    value = lambda o, c: agent.value(params, normalizer, o, c)  # noqa: E731
+    cores, outs = _over_time(
+        agent, params, normalizer, ("value",), {"value": value_carry}, data.obs, data.carry
     )
-    _, v_last = jax.vmap(lambda o, c: agent.value(params, normalizer, o, c))(
-        last_obs, last_carry.replace(value=core)
-    )
+    cores, values = cores["value"], outs["value"]
+    # The finished episode continued one step: from each step's core, no reset.
+    _, values_final = value(data.final_obs, data.next_carry.replace(value=cores))
+    end = jax.tree.map(lambda x: x[-1], cores) if agent.core != "mlp" else value_carry
+    _, v_last = value(last_obs, last_carry.replace(value=end))
     values_next = jnp.concatenate([values[1:], v_last[None]], 0)
-    return values, values_next, values_final, core
+    return values, values_next, values_final, end
 
 
 def _loss(agent, config, params, normalizer, data: Transition, advantages, returns, key):
     """Total PPO loss on a minibatch of whole sequences [T, b]."""
     c0 = jax.tree.map(lambda x: x[0], data.carry)
-
-    def step(cores, x):
-        obs, carry = x
-        carry = carry.replace(policy=cores[0], value=cores[1])
-        p_core, dist = jax.vmap(lambda o, c: agent.policy_params(params, normalizer, o, c))(
-            obs, carry
-        )
-        v_core, value = jax.vmap(lambda o, c: agent.value(params, normalizer, o, c))(obs, carry)
-        return (p_core, v_core), (dist, value)
-
-    _, (dist, values) = jax.lax.scan(step, (c0.policy, c0.value), (data.obs, data.carry))
+    _, outs = _over_time(
+        agent,
+        params,
+        normalizer,
+        ("policy", "value"),
+        {"policy": c0.policy, "value": c0.value},
+        data.obs,
+        data.carry,
+    )
+    dist, values = outs["policy"], outs["value"]
     log_prob = agent.head.log_prob(dist, data.raw_action)
     entropy = agent.head.entropy(dist, key)
     terms = losses.ppo_losses(
