@@ -8,7 +8,6 @@ all): does a curriculum buy generalization?
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 
 import tyro
 
@@ -55,27 +54,24 @@ def main(cfg: Config) -> dict[str, list[dict]]:
         }
     )
     env = make_contextual("inverted_pendulum", target, episode_length=500)
-    results = {}
-    for name, curriculum in curricula_to_compare(cfg.segments).items():
-        print(f"\n== {name} ==")
-        exp = experiment.Experiment(
+    variants = {
+        name: experiment.Experiment(
             env=env,
             target=target,
             curriculum=curriculum,
             ppo=dataclasses.replace(cfg.ppo, seed=cfg.seed),
             eval=cfg.eval,
         )
-        results[name] = experiment.run(
-            exp,
-            logdir=pathlib.Path(cfg.logdir) / name,
-            segments=cfg.segments,
-            steps_per_segment=cfg.steps_per_segment,
-            seed=cfg.seed,
-            hparams=cfg,
-            table=False,
-        )
-    experiment.print_comparison(results, cfg.logdir)
-    return results
+        for name, curriculum in curricula_to_compare(cfg.segments).items()
+    }
+    return experiment.run_variants(
+        variants,
+        logdir=cfg.logdir,
+        segments=cfg.segments,
+        steps_per_segment=cfg.steps_per_segment,
+        seed=cfg.seed,
+        hparams=cfg,
+    )
 
 
 if __name__ == "__main__":

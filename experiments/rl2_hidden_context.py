@@ -9,7 +9,6 @@ evaluated in distribution, between the training gains and beyond them.
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 
 import tyro
 
@@ -45,27 +44,24 @@ def main(cfg: Config) -> dict[str, list[dict]]:
     # Relative motor gain: the sign flips the push, the magnitude scales it.
     target = C.ContextSpace({"actuator_gain": C.Choice([-1.0, -0.5, 0.5, 1.0], relative=True)})
     env = make_contextual("puck", target, episode_length=cfg.episode_length)
-    results = {}
-    for core in ("mlp", "gru"):
-        exp = experiment.Experiment(
+    variants = {
+        core: experiment.Experiment(
             env=env,
             target=target,
             curriculum=curricula.LinearWidening(start=1.0, segments=1),  # fixed ranges
             ppo=dataclasses.replace(cfg.ppo, core=core, rl2_inputs=core != "mlp", seed=cfg.seed),
             eval=cfg.eval,
         )
-        print(f"\n== {core} ==")
-        results[core] = experiment.run(
-            exp,
-            logdir=pathlib.Path(cfg.logdir) / core,
-            segments=cfg.segments,
-            steps_per_segment=cfg.steps_per_segment,
-            seed=cfg.seed,
-            hparams=cfg,
-            table=False,
-        )
-    experiment.print_comparison(results, cfg.logdir)
-    return results
+        for core in ("mlp", "gru")
+    }
+    return experiment.run_variants(
+        variants,
+        logdir=cfg.logdir,
+        segments=cfg.segments,
+        steps_per_segment=cfg.steps_per_segment,
+        seed=cfg.seed,
+        hparams=cfg,
+    )
 
 
 if __name__ == "__main__":

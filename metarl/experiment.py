@@ -266,3 +266,30 @@ def run(
     if table:
         print_table(rows, logdir)
     return rows
+
+
+def run_variants(
+    variants: dict[str, Experiment],
+    *,
+    logdir: str | os.PathLike,
+    segments: int,
+    steps_per_segment: int,
+    seed: int,
+    hparams: Any = None,
+) -> dict[str, list[dict]]:
+    """Runs each experiment under ``<logdir>/<name>`` (same budget and seed) and
+    prints one comparison line per variant."""
+    results = {}
+    for name, exp in variants.items():
+        print(f"\n== {name} ==")
+        results[name] = run(
+            exp,
+            logdir=pathlib.Path(logdir) / name,
+            segments=segments,
+            steps_per_segment=steps_per_segment,
+            seed=seed,
+            hparams=hparams,
+            table=False,
+        )
+    print_comparison(results, logdir)
+    return results
