@@ -40,7 +40,7 @@ class Config:
     steps: int = 200
     rounds: int = 7
     backend: str | None = None  # None: each env's default backend
-    reset_chunk: float = 0.25
+    reset_chunk: float = 0.0625
 
 
 def _space() -> C.ContextSpace:

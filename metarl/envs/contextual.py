@@ -239,7 +239,7 @@ def make_contextual(
     episode_length: int = 1000,
     episodes_per_trial: int = 1,
     visible_context: bool | str = False,
-    reset_chunk: float = 0.25,
+    reset_chunk: float = 0.0625,
     **env_kwargs,
 ) -> ContextualEnv:
     """A contextual version of a Brax env (a registry name or a PipelineEnv).
