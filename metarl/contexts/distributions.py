@@ -232,10 +232,6 @@ class LogUniform(Distribution):
     def centre(self):
         return np.sqrt(np.asarray(self.low) * np.asarray(self.high))
 
-    def normaliser(self):
-        # The observed value is normalised linearly; log-space would need a log in obs.
-        return super().normaliser()
-
     def _rescaled(self, f, c):
         if np.any(c <= 0):
             raise ValueError(f"LogUniform.scaled needs a centre > 0, got {c}")
