@@ -20,7 +20,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
 from curricula.base import (
     Curriculum,
@@ -49,18 +48,16 @@ class ADRState(CurriculumState):
       buffers: float32 [2 * dims, buffer_size], per-boundary returns; boundary
         ``b = 2 * d + side`` (side 0 low, 1 high) for the d-th name of the target.
       counts: int32 [2 * dims], how many entries of each buffer are filled.
-      key: uint32, the raw data (`jax.random.key_data`) of the key for the next draw.
+      key: typed key (`jax.random.key`) for the next draw.
       assignment: int32 [num_envs], the boundary each env evaluates in the next
         segment, -1 for none.
-      key_impl: the key's PRNG implementation (static).
     """
 
     current: ContextSpace
     buffers: np.ndarray
     counts: np.ndarray
-    key: np.ndarray
+    key: jax.Array
     assignment: np.ndarray
-    key_impl: str = struct.field(pytree_node=False, default="threefry2x32")
 
 
 def ADR(  # noqa: N802
@@ -123,11 +120,11 @@ def ADR(  # noqa: N802
         target = check_target(target, who)
         _check_dimensions(target)
         n = check_count(num_envs, "num_envs (the trainer's number of parallel envs)", f"{who}.init")
-        key_data, impl = _key(key)
+        key = _key(key)
         defaults = as_defaults(target, defaults, who)
         narrow = check_shapes(target, scaled(target, start, defaults), who)
         current = ContextSpace({name: _inside(target[name], narrow[name]) for name in target})
-        key_data, assignment = _assign(key_data, impl, n, 2 * len(target), p)
+        key, assignment = _assign(key, n, 2 * len(target), p)
         return ADRState(
             segment=np.asarray(0, np.int32),
             target=target,
@@ -135,9 +132,8 @@ def ADR(  # noqa: N802
             current=current,
             buffers=np.zeros((2 * len(target), m), np.float32),
             counts=np.zeros((2 * len(target),), np.int32),
-            key=key_data,
+            key=key,
             assignment=assignment,
-            key_impl=impl,
         )
 
     def update(state: ADRState, results: Mapping[str, Any]) -> ADRState:
@@ -170,13 +166,13 @@ def ADR(  # noqa: N802
                 for k, d in state.current.items()
             }
         )
-        key_data, assignment = _assign(state.key, state.key_impl, n, 2 * len(names), p)
+        key, assignment = _assign(state.key, n, 2 * len(names), p)
         return state.replace(
             segment=np.asarray(int(state.segment) + 1, np.int32),
             current=current,
             buffers=buffers,
             counts=counts,
-            key=key_data,
+            key=key,
             assignment=assignment,
         )
 
@@ -217,8 +213,8 @@ def _check_dimensions(target: ContextSpace) -> None:
             )
 
 
-def _key(key: Any) -> tuple[np.ndarray, str]:
-    """(raw uint32 data, implementation name) of a single JAX key."""
+def _key(key: Any) -> jax.Array:
+    """A single typed JAX key (legacy uint32 keys are wrapped)."""
     if key is None:
         raise ValueError("ADR.init needs a key (jax.random.key(seed)) to draw boundary assignments")
     if not isinstance(key, jax.Array | np.ndarray):
@@ -229,17 +225,16 @@ def _key(key: Any) -> tuple[np.ndarray, str]:
         key = jax.random.wrap_key_data(jnp.asarray(key))  # a legacy jax.random.PRNGKey
     if key.shape != ():
         raise ValueError(f"ADR.init: key must be a single key, got a batch of shape {key.shape}")
-    return np.asarray(jax.random.key_data(key), np.uint32), str(jax.random.key_impl(key))
+    return key
 
 
-def _assign(key_data: np.ndarray, impl: str, n: int, boundaries: int, p: float):
-    """(next key data, int32 [n] assignment): each env evaluates a uniform boundary w.p. p."""
-    key = jax.random.wrap_key_data(jnp.asarray(key_data), impl=impl)
+def _assign(key: jax.Array, n: int, boundaries: int, p: float):
+    """(next key, int32 [n] assignment): each env evaluates a uniform boundary w.p. p."""
     key, k_eval, k_which = jax.random.split(key, 3)
     evaluate = np.asarray(jax.random.uniform(k_eval, (n,))) < p
     which = np.asarray(jax.random.randint(k_which, (n,), 0, boundaries))
     assignment = np.where(evaluate, which, -1).astype(np.int32)
-    return np.asarray(jax.random.key_data(key), np.uint32), assignment
+    return key, assignment
 
 
 def _inside(target, narrow):

@@ -1,6 +1,6 @@
 """metarl: meta-RL and curriculum learning on Brax / MuJoCo-MJX physics contexts.
 
 Packages: `metarl.contexts`, `metarl.envs`, `metarl.agents.ppo`, `metarl.evaluation`,
-`metarl.logging`, `metarl.checkpoint`, `metarl.experiment`; curricula live in the
+`metarl.tensorboard`, `metarl.checkpoint`, `metarl.experiment`; curricula live in the
 top-level `curricula` package.
 """

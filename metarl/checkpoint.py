@@ -22,6 +22,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from metarl.trees import is_key
+
 _TRASH = "_deleted"  # steps past `keep` are renamed in here (atomic), then removed
 
 
@@ -42,14 +44,10 @@ def _manager(directory: pathlib.Path, keep: int | None = None) -> ocp.Checkpoint
     return ocp.CheckpointManager(directory, options=options, handler_registry=handlers)
 
 
-def _is_key(x) -> bool:
-    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
 def _flatten(tree) -> tuple[list[list], list, jax.tree_util.PyTreeDef]:
     """([key path, shape, dtype] per leaf, leaves (typed PRNG keys as raw data), treedef)."""
     with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
-    leaves = [jax.random.key_data(x) if _is_key(x) else x for _, x in with_paths]
+    leaves = [jax.random.key_data(x) if is_key(x) else x for _, x in with_paths]
     described = [
         [jax.tree_util.keystr(p), list(np.shape(x)), np.dtype(getattr(x, "dtype", type(x))).name]
         for (p, _), x in zip(with_paths, leaves, strict=True)
@@ -140,7 +138,7 @@ def _like(x, restored):
     """`restored` as the same kind of leaf as `x` (typed PRNG key, scalar, array)."""
     if restored is None:  # x has size 0, so it was not saved: x itself is the value
         return x
-    if _is_key(x):
+    if is_key(x):
         return jax.random.wrap_key_data(restored, impl=jax.random.key_impl(x))
     if isinstance(x, jax.Array | np.ndarray):
         return restored

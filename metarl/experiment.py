@@ -10,7 +10,7 @@
 3. per segment: trains on ``curriculum.ranges(state)`` (no recompilation),
    evaluates on the current ranges and on every held-out split, updates the
    curriculum with ``{**train_metrics, "eval_return": ...}``, logs everything
-   to TensorBoard (`metarl.logging` tag scheme) and saves a checkpoint;
+   to TensorBoard (`metarl.tensorboard` tag scheme) and saves a checkpoint;
 4. at the end logs a heatmap of return over a context grid and the run's
    hyperparameters, and prints a table.
 """
@@ -33,7 +33,7 @@ from metarl import evaluation as E
 from metarl.agents import ppo
 from metarl.contexts import ContextSpace
 from metarl.envs import CONTEXT, ContextualEnv
-from metarl.logging import RunLogger
+from metarl.tensorboard import RunLogger
 
 HISTORY = "history.json"
 # Compiled pieces shared by runs of one process on the same env and settings

@@ -20,6 +20,7 @@ from jax.sharding import PartitionSpec as P
 from metarl import checkpoint as ckpt
 from metarl import contexts as C  # noqa: N812
 from metarl.parallel import AXIS, data_mesh
+from metarl.trees import to_numpy
 
 TESTS = str(pathlib.Path(__file__).parent)
 
@@ -63,8 +64,7 @@ def make_state(seed: int) -> TrainState:
 
 
 def assert_bit_equal(a, b):
-    a, b = (jax.random.key_data(x) if ckpt._is_key(x) else x for x in (a, b))
-    a, b = np.asarray(a), np.asarray(b)
+    a, b = to_numpy(a), to_numpy(b)
     assert a.dtype == b.dtype and a.shape == b.shape
     assert np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
 

@@ -20,6 +20,7 @@ from metarl.agents import losses, ppo
 from metarl.compilation import count_compilations
 from metarl.envs import make_contextual
 from metarl.envs.toy import Puck
+from metarl.trees import to_numpy
 
 PENDULUM = ppo.PPOConfig(
     num_envs=256,
@@ -143,7 +144,7 @@ def test_checkpoint_resume_is_bit_exact(tmp_path):
     es = ppo.init_env_state(space, jax.random.key(1))
     ts, es, _ = ppo.run_train(space, ts, es, 2000)
     checkpoint.save(tmp_path, 1, {"training": ts, "env": es})
-    like = jax.tree.map(np.asarray, {"training": ts, "env": es})
+    like = jax.tree.map(jnp.copy, {"training": ts, "env": es})
     # Uninterrupted: two more segments, the second with new ranges.
     a_ts, a_es, _ = ppo.run_train(space, ts, es, 2000)
     a_ts, a_es, _ = ppo.run_train(space, a_ts, a_es, 2000, context=GRAVITY.scaled(0.3))
@@ -151,8 +152,10 @@ def test_checkpoint_resume_is_bit_exact(tmp_path):
     restored = checkpoint.restore(tmp_path, like=like)
     b_ts, b_es, _ = ppo.run_train(space, restored["training"], restored["env"], 2000)
     b_ts, b_es, _ = ppo.run_train(space, b_ts, b_es, 2000, context=GRAVITY.scaled(0.3))
-    for a, b in zip(jax.tree.leaves((a_ts, a_es)), jax.tree.leaves((b_ts, b_es))):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for a, b in zip(
+        jax.tree.leaves(to_numpy((a_ts, a_es))), jax.tree.leaves(to_numpy((b_ts, b_es)))
+    ):
+        np.testing.assert_array_equal(a, b)
 
 
 # ---- discrete actions ----

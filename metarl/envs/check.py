@@ -13,6 +13,7 @@ import numpy as np
 
 from metarl.contexts import Fixed
 from metarl.envs.contextual import CONTEXT, TRIAL, ContextualEnv
+from metarl.trees import to_numpy
 
 
 class ContractError(AssertionError):
@@ -118,9 +119,9 @@ def check_env(
     # Determinism: the same keys give bit-identical states.
     again, _ = rollout(reset(keys), jax.random.key(seed + 1))
     same = jax.tree.map(
-        lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)),
-        final,
-        again,
+        lambda a, b: bool(np.array_equal(a, b, equal_nan=True)),
+        to_numpy(final),
+        to_numpy(again),
     )
     _require(
         all(jax.tree.leaves(same)),

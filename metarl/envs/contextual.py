@@ -37,7 +37,7 @@ class TrialInfo:
     """Per-env episode and trial bookkeeping (shapes for one env)."""
 
     ranges: ContextSpace  # distributions new contexts are drawn from
-    key: jax.Array  # uint32[2]: this env's reset stream; episode i uses fold_in(key, i)
+    key: jax.Array  # typed key[]: this env's reset stream; episode i uses fold_in(key, i)
     resets: jax.Array  # int32[]: episodes started so far
     steps: jax.Array  # int32[]: steps of the episode the last transition belongs to
     episode_return: jax.Array  # float32[]: its return so far (the full return where done)
@@ -123,9 +123,9 @@ class ContextualEnv(Env):
         """A fresh state in a context drawn from `ranges` (default: the env's space)."""
         ranges = self.space if ranges is None else ranges
         key = (
-            jax.random.key_data(rng)
+            rng
             if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
-            else rng
+            else jax.random.wrap_key_data(rng)  # a legacy uint32 jax.random.PRNGKey
         )
         context0 = {e.name: jnp.zeros(e.draw_shape, jnp.float32) for e in self.binding.entries}
         first, context = self._first((key, jnp.int32(0), True, context0, ranges))
@@ -212,7 +212,7 @@ class ContextualEnv(Env):
     def _first(self, operand) -> tuple[State, Context]:
         """(key, resets, new_trial, context, ranges) -> first state of the next episode."""
         key, resets, new_trial, context, ranges = operand
-        k = jax.random.fold_in(jax.random.wrap_key_data(key), resets)
+        k = jax.random.fold_in(key, resets)
         k_context, k_reset = jax.random.split(k)
         drawn = self.binding.sample(k_context, ranges)
         context = jax.tree.map(lambda d, c: jnp.where(new_trial, d, c), drawn, context)

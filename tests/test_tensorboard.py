@@ -1,4 +1,4 @@
-"""metarl.logging: a run written with RunLogger, read back with TensorBoard's EventAccumulator."""
+"""metarl.tensorboard: a run written with RunLogger, read back with TensorBoard's reader."""
 
 import dataclasses
 import io
@@ -12,7 +12,7 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from metarl import contexts as C  # noqa: N812
-from metarl import logging as L  # noqa: N812
+from metarl import tensorboard as L  # noqa: N812
 
 SPACE = C.ContextSpace(
     {"gravity": C.Uniform(5.0, 15.0), "mass": C.Scale(0.5, 1.5, per_element=True)}

@@ -1,0 +1,127 @@
+"""`PPOConfig`: PPO hyperparameters, validated at construction."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from metarl.agents.distributions import ACTION_DISTRIBUTIONS
+from metarl.agents.networks import CORES
+
+RETURNS_SPANS = ("trial", "episode")
+_POSITIVE_INTS = ("num_envs", "unroll_length", "num_minibatches", "num_updates_per_batch")
+_FLOATS = (
+    "learning_rate",
+    "entropy_cost",
+    "discounting",
+    "gae_lambda",
+    "clipping_epsilon",
+    "value_loss_coef",
+    "reward_scaling",
+)
+_BOOLS = ("normalize_observations", "rl2_inputs", "reset_every_episode")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """PPO hyperparameters. Invalid values or combinations raise at construction
+    (TypeError for a wrong type, ValueError for a bad value), naming the field."""
+
+    num_envs: int = 256
+    unroll_length: int = 20
+    num_minibatches: int = 8
+    num_updates_per_batch: int = 4
+    learning_rate: float = 3e-4
+    entropy_cost: float = 1e-2
+    discounting: float = 0.97
+    gae_lambda: float = 0.95
+    clipping_epsilon: float = 0.3
+    max_grad_norm: float | None = 1.0
+    value_loss_coef: float = 0.5
+    normalize_observations: bool = True
+    reward_scaling: float = 1.0
+    core: str = "mlp"  # one of networks.CORES: "mlp", "gru", "lstm"
+    hidden_size: int = 64  # recurrent core size
+    policy_hidden: tuple[int, ...] = (64, 64)
+    value_hidden: tuple[int, ...] = (64, 64)
+    action_distribution: str = "tanh_normal"  # or "categorical"
+    rl2_inputs: bool = False  # feed previous action, reward and a new-episode flag
+    reset_every_episode: bool = False  # reset recurrent state every episode, not every trial
+    returns_span: str = "trial"  # "trial": RL^2 returns run across a trial's episodes
+    seed: int = 0
+
+    def __post_init__(self):
+        self._check_types()
+        for name in (*_POSITIVE_INTS, "hidden_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"PPOConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}"
+                )
+        if self.num_envs % self.num_minibatches:
+            raise ValueError(
+                f"num_envs ({self.num_envs}) must be divisible by num_minibatches "
+                f"({self.num_minibatches}): minibatches split the envs"
+            )
+        if self.core not in CORES:
+            raise ValueError(f"PPOConfig.core must be one of {sorted(CORES)}, got {self.core!r}")
+        if self.action_distribution not in ACTION_DISTRIBUTIONS:
+            raise ValueError(
+                f"PPOConfig.action_distribution must be one of {sorted(ACTION_DISTRIBUTIONS)}, "
+                f"got {self.action_distribution!r}"
+            )
+        if self.returns_span not in RETURNS_SPANS:
+            raise ValueError(
+                f"PPOConfig.returns_span must be one of {RETURNS_SPANS}, got {self.returns_span!r}"
+            )
+        if not 0 < self.discounting <= 1 or not 0 <= self.gae_lambda <= 1:
+            raise ValueError(
+                f"need 0 < discounting <= 1 and 0 <= gae_lambda <= 1, got {self.discounting}, "
+                f"{self.gae_lambda}"
+            )
+        for name in ("learning_rate", "clipping_epsilon", "reward_scaling"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"PPOConfig.{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("entropy_cost", "value_loss_coef"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"PPOConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise ValueError(
+                f"PPOConfig.max_grad_norm must be > 0 or None, got {self.max_grad_norm!r}"
+            )
+
+    def _check_types(self) -> None:
+        for name in (*_POSITIVE_INTS, "hidden_size", "seed"):
+            if not _is_int(getattr(self, name)):
+                raise TypeError(f"PPOConfig.{name} must be an int, got {getattr(self, name)!r}")
+        for name in _BOOLS:
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(
+                    f"PPOConfig.{name} must be True or False, got {getattr(self, name)!r}"
+                )
+        floats = _FLOATS + (() if self.max_grad_norm is None else ("max_grad_norm",))
+        for name in floats:
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise TypeError(f"PPOConfig.{name} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"PPOConfig.{name} must be finite, got {value!r}")
+        for name in ("policy_hidden", "value_hidden"):
+            sizes = getattr(self, name)
+            if not isinstance(sizes, tuple | list) or not all(_is_int(s) for s in sizes):
+                raise TypeError(
+                    f"PPOConfig.{name} must be a tuple of layer sizes, e.g. (64, 64), got {sizes!r}"
+                )
+            if any(s < 1 for s in sizes):
+                raise ValueError(f"PPOConfig.{name}: every layer size must be >= 1, got {sizes!r}")
+        for name in ("core", "action_distribution", "returns_span"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"PPOConfig.{name} must be a string, got {getattr(self, name)!r}")
+
+    @property
+    def batch_size(self) -> int:
+        """Env steps per iteration."""
+        return self.num_envs * self.unroll_length

@@ -1,0 +1,219 @@
+"""The learner: critic over the unroll, GAE, and minibatch SGD on whole sequences.
+
+One iteration (`iteration`): roll out; update the observation statistics; run
+the critic over the unroll to get values and GAE advantages (bootstrapping
+truncated episodes from their final observation, never terminated ones);
+then `num_updates_per_batch` epochs of minibatch SGD, minibatches split by
+environment (whole sequences, truncated BPTT from each unroll's first carry),
+never by time step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from brax.training.acme import running_statistics
+from flax import struct
+
+from metarl.agents import losses
+from metarl.agents.ppo.rollout import EnvState, Transition, unroll
+from metarl.parallel import AXIS
+
+
+class TrainingState(struct.PyTreeNode):
+    """Everything the learner owns (replicated across devices)."""
+
+    params: Any  # {"policy": ..., "value": ...}
+    opt_state: Any
+    normalizer: running_statistics.RunningStatisticsState
+    key: jax.Array  # typed key[]
+    iterations: jax.Array  # int32[]
+
+
+class IterationStats(struct.PyTreeNode):
+    """What one iteration reports; summed over iterations by the training loop.
+
+    `totals` and `losses` are summed over devices too; `per_env` stays sharded.
+    """
+
+    totals: dict  # episodes, return_sum, length_sum, nonfinite_episodes: scalars
+    losses: dict  # the PPO terms of `losses.ppo_losses`, means over minibatches
+    per_env: dict  # env_return_sum, env_episodes: [num_envs]
+
+
+def over_time(agent, params, normalizer, fields: tuple[str, ...], cores0: dict, obs, carry):
+    """Runs towers ("policy" and/or "value") over a [T, B] sequence.
+
+    Encoders and heads take the whole sequence in one batched call; only the
+    recurrent core loops over time (all towers in one loop), starting from
+    `cores0[field]` and resetting where the stored carry says so. Returns
+    ({field: core after each step [T, B, ...]}, {field: output [T, B, ...]}).
+    """
+    actor_in, critic_in = agent.inputs(normalizer, obs, carry)
+    towers = dict(zip(("policy", "value"), agent.towers()))
+    inputs = {"policy": actor_in, "value": critic_in}
+    h = {f: towers[f].apply(params[f], inputs[f], method="encode") for f in fields}
+    if agent.core == "mlp":
+        cores = {f: () for f in fields}
+    else:
+
+        def step(cores, x):
+            h_t, reset_t = x
+            out = {
+                f: towers[f].apply(params[f], cores[f], h_t[f], reset_t, method="recur")
+                for f in fields
+            }
+            cores = {f: o[0] for f, o in out.items()}
+            return cores, (cores, {f: o[1] for f, o in out.items()})
+
+        cores, h = jax.lax.scan(step, cores0, (h, carry.reset))[1]
+    outs = {f: towers[f].apply(params[f], h[f], method="decode") for f in fields}
+    if "value" in outs:
+        outs["value"] = outs["value"][..., 0]
+    return cores, outs
+
+
+def critic(agent, params, normalizer, value_carry, data: Transition, last_obs, last_carry):
+    """V(obs_t), V(obs_{t+1}), V(final_obs_t) over an unroll [T, B], and the end carry."""
+    value = lambda o, c: agent.value(params, normalizer, o, c)  # noqa: E731
+    cores, outs = over_time(
+        agent, params, normalizer, ("value",), {"value": value_carry}, data.obs, data.carry
+    )
+    cores, values = cores["value"], outs["value"]
+    # The finished episode continued one step: from each step's core, no reset.
+    _, values_final = value(data.final_obs, data.next_carry.replace(value=cores))
+    end = jax.tree.map(lambda x: x[-1], cores) if agent.core != "mlp" else value_carry
+    _, v_last = value(last_obs, last_carry.replace(value=end))
+    values_next = jnp.concatenate([values[1:], v_last[None]], 0)
+    return values, values_next, values_final, end
+
+
+def loss(agent, config, params, normalizer, data: Transition, advantages, returns, key):
+    """Total PPO loss on a minibatch of whole sequences [T, b], and its terms."""
+    c0 = jax.tree.map(lambda x: x[0], data.carry)
+    _, outs = over_time(
+        agent,
+        params,
+        normalizer,
+        ("policy", "value"),
+        {"policy": c0.policy, "value": c0.value},
+        data.obs,
+        data.carry,
+    )
+    dist, values = outs["policy"], outs["value"]
+    log_prob = agent.head.log_prob(dist, data.raw_action)
+    entropy = agent.head.entropy(dist, key)
+    terms = losses.ppo_losses(
+        log_prob, data.log_prob, advantages, values, returns, entropy, config.clipping_epsilon
+    )
+    total = (
+        terms["policy_loss"]
+        + config.value_loss_coef * terms["value_loss"]
+        - config.entropy_cost * terms["entropy"]
+    )
+    return total, terms
+
+
+def sgd(agent, config, optimizer, ts: TrainingState, normalizer, data, advantages, returns, key):
+    """`num_updates_per_batch` epochs of minibatch updates, minibatches split by env."""
+    n_local = advantages.shape[1]
+    size = n_local // config.num_minibatches
+    grad_fn = jax.grad(lambda p, *a: loss(agent, config, p, normalizer, *a), has_aux=True)
+
+    def minibatch(carry, idx):
+        params, opt_state, key = carry
+        key, sub = jax.random.split(key)
+        pick = lambda x: jnp.take(x, idx, axis=1)  # noqa: E731
+        grads, terms = grad_fn(
+            params, jax.tree.map(pick, data), pick(advantages), pick(returns), sub
+        )
+        grads = jax.lax.pmean(grads, AXIS)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state, key), terms
+
+    def epoch(carry, _):
+        params, opt_state, key = carry
+        key, sub = jax.random.split(key)
+        order = jax.random.permutation(sub, n_local).reshape(config.num_minibatches, size)
+        return jax.lax.scan(minibatch, (params, opt_state, key), order)
+
+    (params, opt_state, _), terms = jax.lax.scan(
+        epoch, (ts.params, ts.opt_state, key), None, length=config.num_updates_per_batch
+    )
+    return params, opt_state, jax.tree.map(jnp.mean, terms)
+
+
+def advantages_and_returns(agent, config, ts: TrainingState, normalizer, value_carry, data, es):
+    """GAE over an unroll: (advantages, returns, the value core's end carry)."""
+    values, values_next, values_final, value_core = critic(
+        agent, ts.params, normalizer, value_carry, data, es.env.obs, es.carry
+    )
+    next_values = losses.bootstrap_values(values_next, values_final, data.boundary, data.terminated)
+    advantages, returns = losses.compute_gae(
+        data.reward, values, next_values, data.boundary, config.discounting, config.gae_lambda
+    )
+    return advantages, returns, value_core
+
+
+def iteration(env, agent, config, optimizer, ts: TrainingState, es: EnvState):
+    """One rollout + learning iteration on this device's envs."""
+    key, k_sgd = jax.random.split(ts.key)
+    value_carry = es.carry.value
+    es, data = unroll(env, agent, config, ts.params, ts.normalizer, es)
+    normalizer = ts.normalizer
+    if config.normalize_observations:
+        normalizer = running_statistics.update(normalizer, data.obs, pmap_axis_name=AXIS)
+    advantages, returns, value_core = advantages_and_returns(
+        agent, config, ts, normalizer, value_carry, data, es
+    )
+    params, opt_state, terms = sgd(
+        agent, config, optimizer, ts, normalizer, data, advantages, returns, k_sgd
+    )
+    ts = ts.replace(
+        params=params,
+        opt_state=opt_state,
+        normalizer=normalizer,
+        key=key,
+        iterations=ts.iterations + 1,
+    )
+    es = es.replace(carry=es.carry.replace(value=value_core))
+    done = data.done
+    stats = IterationStats(
+        totals={
+            "episodes": done.sum(),
+            "return_sum": (done * data.episode_return).sum(),
+            "length_sum": (done * data.episode_length).sum(),
+            "nonfinite_episodes": data.nonfinite.sum(),
+        },
+        losses=terms,
+        per_env={
+            "env_return_sum": (done * data.episode_return).sum(0),
+            "env_episodes": done.sum(0),
+        },
+    )
+    return ts, es, stats
+
+
+def iterate_fn(env, agent, config, optimizer):
+    """(ts, es, n) -> n iterations and their summed `IterationStats`
+    (totals and losses summed over devices)."""
+
+    def run(ts, es, n):
+        shapes = jax.eval_shape(lambda: iteration(env, agent, config, optimizer, ts, es)[2])
+        init = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+        def body(i, carry):
+            ts, es, acc = carry
+            ts, es, stats = iteration(env, agent, config, optimizer, ts, es)
+            return ts, es, jax.tree.map(jnp.add, acc, stats)
+
+        ts, es, acc = jax.lax.fori_loop(0, n, body, (ts, es, init))
+        acc = acc.replace(
+            totals=jax.lax.psum(acc.totals, AXIS), losses=jax.lax.psum(acc.losses, AXIS)
+        )
+        return ts, es, acc
+
+    return run

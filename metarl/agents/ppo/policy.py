@@ -1,0 +1,55 @@
+"""Inference: the trained agent as ``action, carry = policy(obs, carry)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from flax import struct
+
+from metarl.agents.agent import Agent, AgentCarry
+
+
+class Policy(struct.PyTreeNode):
+    """Inference: ``action, carry = policy(obs, carry)`` on batched inputs.
+
+    After each env step call ``carry = policy.observe(carry, action, state)``
+    so that recurrent and RL^2 agents see the reward and reset at trial starts.
+    A Policy is a pytree (parameters are leaves): pass it into jitted code;
+    policies from the same TrainSpace share one compiled evaluation.
+    """
+
+    params: Any
+    normalizer: Any
+    agent: Agent = struct.field(pytree_node=False)
+    deterministic: bool = struct.field(pytree_node=False, default=True)
+
+    def init_carry(self, batch: int) -> AgentCarry:
+        return self.agent.init_carry((batch,))
+
+    def __call__(self, obs, carry: AgentCarry, key: jax.Array | None = None):
+        if key is None:
+            if not self.deterministic:
+                raise ValueError("a stochastic policy needs a key: policy(obs, carry, key)")
+            key = jax.random.key(0)
+        keys = jax.random.split(key, jax.tree.leaves(obs)[0].shape[0])
+        carry, _, _, action = jax.vmap(
+            lambda o, c, k: self.agent.act(
+                self.params, self.normalizer, o, c, k, self.deterministic
+            )
+        )(obs, carry, keys)
+        return action, carry
+
+    def observe(self, carry: AgentCarry, action: jax.Array, state) -> AgentCarry:
+        return self.agent.observe(carry, action, state)
+
+
+def make_policy(space, training_state, deterministic: bool = True) -> Policy:
+    """The agent of `space` (a TrainSpace) with `training_state`'s parameters and
+    observation statistics, as an inference function (see `Policy`)."""
+    return Policy(
+        params=training_state.params,
+        normalizer=training_state.normalizer,
+        agent=space.agent,
+        deterministic=deterministic,
+    )

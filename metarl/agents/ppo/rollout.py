@@ -1,0 +1,79 @@
+"""The rollout: `unroll_length` steps of every env under the current policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from metarl.agents.agent import AgentCarry
+from metarl.envs import TRIAL
+
+
+class EnvState(struct.PyTreeNode):
+    """Everything the rollout owns; every leaf has a leading [num_envs] axis."""
+
+    env: Any  # batched Brax State of the ContextualEnv
+    carry: AgentCarry
+    key: jax.Array  # typed key[num_envs]: each env's action-sampling stream
+
+
+class Transition(struct.PyTreeNode):
+    """One rollout step for every env; leaves are [B, ...] (stacked to [T, B, ...])."""
+
+    obs: Any
+    carry: AgentCarry  # the carry the agent acted with (inputs + reset flags)
+    raw_action: jax.Array
+    log_prob: jax.Array
+    reward: jax.Array  # scaled
+    done: jax.Array
+    terminated: jax.Array
+    boundary: jax.Array  # end of what a return spans (trial or episode)
+    final_obs: Any
+    next_carry: AgentCarry  # inputs for V(final_obs): the finished episode continued
+    episode_return: jax.Array
+    episode_length: jax.Array
+    nonfinite: jax.Array
+
+
+def unroll(env, agent, config, params, normalizer, es: EnvState):
+    """`unroll_length` steps on every env -> (new EnvState, Transition [T, B])."""
+
+    def step(es: EnvState, _):
+        pairs = jax.vmap(jax.random.split)(es.key)
+        keys, sample = pairs[:, 0], pairs[:, 1]
+        state = es.env
+        carry, raw, log_prob, action = jax.vmap(
+            lambda o, c, k: agent.act(params, normalizer, o, c, k, deterministic=False)
+        )(state.obs, es.carry, sample)
+        nxt = jax.vmap(env.step)(state, action)
+        trial = nxt.info[TRIAL]
+        boundary = trial.new_trial if config.returns_span == "trial" else nxt.done
+        next_carry = agent.observe(carry, action, nxt)
+        # The input the agent would have seen had the finished episode gone on.
+        continued = carry.replace(
+            prev_action=agent.head.encode(action, agent.action_size),
+            prev_reward=nxt.reward,
+            new_episode=jnp.zeros_like(nxt.reward),
+            reset=jnp.zeros_like(nxt.reward),
+        )
+        transition = Transition(
+            obs=state.obs,
+            carry=es.carry,
+            raw_action=raw,
+            log_prob=log_prob,
+            reward=nxt.reward * config.reward_scaling,
+            done=nxt.done,
+            terminated=nxt.done * (1.0 - trial.truncated),
+            boundary=boundary,
+            final_obs=trial.final_obs,
+            next_carry=continued,
+            episode_return=trial.episode_return,
+            episode_length=trial.steps,
+            nonfinite=trial.nonfinite,
+        )
+        return es.replace(env=nxt, carry=next_carry, key=keys), transition
+
+    return jax.lax.scan(step, es, None, length=config.unroll_length)
