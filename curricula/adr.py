@@ -34,7 +34,7 @@ from curricula.base import (
     require,
     scaled,
 )
-from metarl.contexts import ContextSpace, LogUniform, Uniform
+from metarl.contexts import ContextSpace, LogUniform, PerEnv, Uniform
 
 LOW, HIGH = 0, 1  # boundary b = 2 * dimension + side
 
@@ -71,7 +71,7 @@ def ADR(  # noqa: N802
     """Automatic Domain Randomization over Uniform and LogUniform target ranges.
 
     `init(target, defaults=..., num_envs=N, key=key)` needs num_envs and a key.
-    `ranges(state)` is a PER-ENV space (every leaf has a leading [num_envs] axis);
+    `ranges(state)` is `PerEnv` ranges (every leaf has a leading [num_envs] axis);
     `adr_ranges(state)` the shared current ranges. `update` needs
     ``results["env_return_sum"]`` and ``results["env_episodes"]`` ([num_envs] each).
 
@@ -91,23 +91,9 @@ def ADR(  # noqa: N802
       boundary_prob: the fraction of envs that evaluate a boundary each segment, in [0, 1].
     """
     who = "ADR"
-    start = check_start(start, who)
-    delta = check_real(delta, "delta", who)
-    if not 0 < delta <= 1:
-        raise ValueError(
-            f"{who}: delta must be a fraction of the target width in (0, 1], got {delta}"
-        )
-    t_low = check_real(low_threshold, "low_threshold", who)
-    t_high = check_real(high_threshold, "high_threshold", who)
-    if not t_low < t_high:
-        raise ValueError(
-            f"{who}: the thresholds are in the wrong order: low_threshold ({t_low}) must be < "
-            f"high_threshold ({t_high})"
-        )
-    m = check_count(buffer_size, "buffer_size", who)
-    p = check_real(boundary_prob, "boundary_prob", who)
-    if not 0 <= p <= 1:
-        raise ValueError(f"{who}: boundary_prob must be a probability in [0, 1], got {p}")
+    start, delta, t_low, t_high, m, p = _check_args(
+        who, start, delta, low_threshold, high_threshold, buffer_size, boundary_prob
+    )
 
     def init(
         target: ContextSpace,
@@ -147,19 +133,10 @@ def ADR(  # noqa: N802
         bounds = {k: [np.asarray(d.low), np.asarray(d.high)] for k, d in state.current.items()}
         for b in range(2 * len(names)):
             envs = (state.assignment == b) & (episodes > 0)
-            values = sums[envs] / episodes[envs]
-            for value in values[np.isfinite(values)]:
-                buffers[b, counts[b]] = value
-                counts[b] += 1
-                if counts[b] < m:
-                    continue
-                mean = float(buffers[b].astype(np.float64).mean())
-                buffers[b], counts[b] = 0.0, 0
-                step = delta if mean > t_high else -delta if mean < t_low else 0.0
-                if step:
-                    name = names[b // 2]
-                    _move(state.target[name], bounds[name], b % 2, step)
-                    break  # this segment's other entries were measured at the old value
+            step = _record(buffers[b], counts, b, sums[envs] / episodes[envs], t_low, t_high)
+            if step:
+                name = names[b // 2]
+                _move(state.target[name], bounds[name], b % 2, step * delta)
         current = ContextSpace(
             {
                 k: dataclasses.replace(d, low=bounds[k][LOW], high=bounds[k][HIGH])
@@ -176,8 +153,8 @@ def ADR(  # noqa: N802
             assignment=assignment,
         )
 
-    def ranges(state: ADRState) -> ContextSpace:
-        """Per-env ranges [num_envs, ...]: the current ones, the assigned boundary pinned."""
+    def ranges(state: ADRState) -> PerEnv:
+        """Per-env ranges (one row per env): the current ones, the assigned boundary pinned."""
         check_state(state, ADRState, f"{who}.ranges")
         current = state.current
         variants = [current]  # row 0: no boundary; row 1 + b: boundary b pinned
@@ -186,7 +163,7 @@ def ADR(  # noqa: N802
             variants.append(current.pinned({name: dist.high}))
         stacked = jax.tree.map(lambda *x: np.stack(x), *variants)
         rows = np.asarray(state.assignment) + 1
-        return jax.tree.map(lambda x: x[rows], stacked)
+        return PerEnv(jax.tree.map(lambda x: x[rows], stacked))
 
     return Curriculum(init=init, update=update, ranges=ranges)
 
@@ -273,3 +250,43 @@ def _per_env(results: Mapping[str, Any], key: str, n: int) -> np.ndarray:
             f"({n},); got shape {x.shape}"
         )
     return x
+
+
+def _check_args(who, start, delta, low_threshold, high_threshold, buffer_size, boundary_prob):
+    """Validated (start, delta, low and high thresholds, buffer size, boundary_prob) of ADR."""
+    start = check_start(start, who)
+    delta = check_real(delta, "delta", who)
+    if not 0 < delta <= 1:
+        raise ValueError(
+            f"{who}: delta must be a fraction of the target width in (0, 1], got {delta}"
+        )
+    t_low = check_real(low_threshold, "low_threshold", who)
+    t_high = check_real(high_threshold, "high_threshold", who)
+    if not t_low < t_high:
+        raise ValueError(
+            f"{who}: the thresholds are in the wrong order: low_threshold ({t_low}) must be < "
+            f"high_threshold ({t_high})"
+        )
+    m = check_count(buffer_size, "buffer_size", who)
+    p = check_real(boundary_prob, "boundary_prob", who)
+    if not 0 <= p <= 1:
+        raise ValueError(f"{who}: boundary_prob must be a probability in [0, 1], got {p}")
+    return start, delta, t_low, t_high, m, p
+
+
+def _record(buffer, counts, b, values, t_low, t_high) -> int:
+    """Appends boundary b's finite `values` to its buffer (in place); when the buffer
+    fills, empties it and returns +1 (widen: mean > t_high), -1 (shrink: < t_low) or
+    0. After a move the rest of the values (measured at the old value) are dropped."""
+    m = buffer.shape[0]
+    for value in values[np.isfinite(values)]:
+        buffer[counts[b]] = value
+        counts[b] += 1
+        if counts[b] < m:
+            continue
+        mean = float(buffer.astype(np.float64).mean())
+        buffer[:], counts[b] = 0.0, 0
+        step = 1 if mean > t_high else -1 if mean < t_low else 0
+        if step:
+            return step
+    return 0

@@ -14,8 +14,8 @@ for _ in range(num_segments):
 The state is a `flax.struct.PyTreeNode` of numpy arrays and `ContextSpace`s,
 so it is saved in the same checkpoint as the rest of the run and restored
 into a template made by ``init`` with the same arguments. ``ranges`` always
-returns a space with the target's tree structure and leaf shapes (ADR: with
-a leading ``num_envs`` axis), so the trainer never recompiles.
+returns a space with the target's tree structure and leaf shapes (ADR: a
+`metarl.contexts.PerEnv` with one row per env), so the trainer never recompiles.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ class Curriculum(NamedTuple):
       update: ``update(state, results) -> state``, called once after each
         training segment with that segment's results (see the package
         docstring for the keys).
-      ranges: ``ranges(state) -> ContextSpace``, the ranges the next training
-        segment trains on.
+      ranges: ``ranges(state) -> ContextSpace | PerEnv``, the ranges the next
+        training segment trains on (shared, or one row per env).
     """
 
     init: Callable[..., CurriculumState]
@@ -83,27 +83,12 @@ def check_compatible(state: CurriculumState, space: ContextSpace) -> None:
         )
     if not isinstance(space, ContextSpace):
         raise ValueError(f"check_compatible needs a ContextSpace, got {type(space).__name__}")
-    ours, theirs = list(state.target), list(space)
-    if ours != theirs:
+    try:
+        space.check_compatible(state.target)
+    except ValueError as e:
         raise ValueError(
-            f"this curriculum state was made for a target space of other names: "
-            f"state has {ours}, the space has {theirs} (same names in the same order needed)"
-        )
-    for name in ours:
-        a, b = state.target[name], space[name]
-        if jax.tree.structure(a) != jax.tree.structure(b):
-            raise ValueError(
-                f"context {name!r}: the curriculum state's target is {type(a).__name__} "
-                f"(relative={a.relative}, per_element={a.per_element}), the space has "
-                f"{type(b).__name__} (relative={b.relative}, per_element={b.per_element})"
-            )
-        shapes_a = [np.shape(x) for x in jax.tree.leaves(a)]
-        shapes_b = [np.shape(x) for x in jax.tree.leaves(b)]
-        if shapes_a != shapes_b:
-            raise ValueError(
-                f"context {name!r}: parameter shapes differ between the curriculum state's "
-                f"target {shapes_a} and the space {shapes_b}"
-            )
+            f"this curriculum state was made for a target space of other names or structure: {e}"
+        ) from None
 
 
 def check_target(target: Any, who: str) -> ContextSpace:
@@ -165,20 +150,14 @@ def as_defaults(target: ContextSpace, defaults: Any, who: str) -> dict[str, np.n
 
 
 def check_shapes(target: ContextSpace, space: ContextSpace, who: str) -> ContextSpace:
-    """`space` if it has the target's names, tree structure and leaf shapes, else a ValueError."""
-    if list(space) != list(target):
-        raise ValueError(f"{who}: names {list(space)} differ from the target's {list(target)}")
-    for name in target:
-        a, b = target[name], space[name]
-        shapes_a = [np.shape(x) for x in jax.tree.leaves(a)]
-        shapes_b = [np.shape(x) for x in jax.tree.leaves(b)]
-        if jax.tree.structure(a) != jax.tree.structure(b) or shapes_a != shapes_b:
-            raise ValueError(
-                f"{who}: scaling context {name!r} about its defaults changes its parameter "
-                f"shapes from {shapes_a} to {shapes_b}, which would recompile the trainer; give "
-                "the target per-element parameters of the defaults' shape, or defaults=None"
-            )
-    return space
+    """`space` if it can replace the target's ranges (`ContextSpace.check_compatible`)."""
+    try:
+        return target.check_compatible(space)
+    except ValueError as e:
+        raise ValueError(
+            f"{who}: scaling the target about its defaults breaks its structure ({e}); give "
+            "the target per-element parameters of the defaults' shape, or defaults=None"
+        ) from None
 
 
 def scaled(target: ContextSpace, fraction: float, defaults: Mapping | None) -> ContextSpace:

@@ -61,20 +61,7 @@ def PerformanceGated(  # noqa: N802
         "episode_return".
     """
     who = "PerformanceGated"
-    start = check_start(start, who)
-    step = check_real(step, "step", who)
-    if step <= 0:
-        raise ValueError(f"{who}: step must be > 0 (the fraction added when widening), got {step}")
-    threshold = check_real(threshold, "threshold", who)
-    if not isinstance(relative, bool):
-        raise ValueError(f"{who}: relative must be True or False, got {relative!r}")
-    if relative and threshold <= 0:
-        raise ValueError(
-            f"{who}: a relative threshold is a fraction of the reference return and must be "
-            f"> 0 (e.g. 0.9), got {threshold}"
-        )
-    if metric not in METRICS:
-        raise ValueError(f"{who}: metric must be one of {list(METRICS)}, got {metric!r}")
+    start, step, threshold = _check_args(who, start, step, threshold, relative, metric)
 
     def init(
         target: ContextSpace,
@@ -102,11 +89,8 @@ def PerformanceGated(  # noqa: N802
         reference = float(state.reference)
         if relative and not np.isfinite(reference) and np.isfinite(value):
             reference = float(np.float32(value))  # as stored
-        gate = threshold
-        if relative:
-            gate = reference - (1.0 - threshold) * abs(reference)  # threshold * reference if > 0
         fraction = float(state.fraction)
-        if value >= gate:  # False for NaN value or NaN reference
+        if value >= _gate(threshold, relative, reference):  # False for NaN value or reference
             fraction = min(1.0, fraction + step)
         return state.replace(
             segment=np.asarray(int(state.segment) + 1, np.int32),
@@ -120,3 +104,30 @@ def PerformanceGated(  # noqa: N802
         return scaled(state.target, float(state.fraction), state.defaults)
 
     return Curriculum(init=init, update=update, ranges=ranges)
+
+
+def _check_args(who, start, step, threshold, relative, metric) -> tuple[float, float, float]:
+    """Validated (start, step, threshold) of `PerformanceGated`."""
+    start = check_start(start, who)
+    step = check_real(step, "step", who)
+    if step <= 0:
+        raise ValueError(f"{who}: step must be > 0 (the fraction added when widening), got {step}")
+    threshold = check_real(threshold, "threshold", who)
+    if not isinstance(relative, bool):
+        raise ValueError(f"{who}: relative must be True or False, got {relative!r}")
+    if relative and threshold <= 0:
+        raise ValueError(
+            f"{who}: a relative threshold is a fraction of the reference return and must be "
+            f"> 0 (e.g. 0.9), got {threshold}"
+        )
+    if metric not in METRICS:
+        raise ValueError(f"{who}: metric must be one of {list(METRICS)}, got {metric!r}")
+    return start, step, threshold
+
+
+def _gate(threshold: float, relative: bool, reference: float) -> float:
+    """The return that opens the gate: threshold x reference (the same distance below a
+    negative reference) if relative, else the threshold itself."""
+    if not relative:
+        return threshold
+    return reference - (1.0 - threshold) * abs(reference)

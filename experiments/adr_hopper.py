@@ -22,7 +22,7 @@ from metarl.envs import make_contextual
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(experiment.RunArgs):
     logdir: str = "runs/adr_hopper"
     segments: int = 20
     steps_per_segment: int = 500_000
@@ -68,10 +68,7 @@ def main(cfg: Config) -> list[dict]:
     )
     return experiment.run(
         exp,
-        logdir=cfg.logdir,
-        segments=cfg.segments,
-        steps_per_segment=cfg.steps_per_segment,
-        seed=cfg.seed,
+        **cfg.run_kwargs(),
         hparams=cfg,
     )
 

@@ -19,7 +19,7 @@ from metarl.envs import make_contextual
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(experiment.RunArgs):
     logdir: str = "runs/compare_curricula"
     segments: int = 6
     steps_per_segment: int = 50_000
@@ -66,10 +66,7 @@ def main(cfg: Config) -> dict[str, list[dict]]:
     }
     return experiment.run_variants(
         variants,
-        logdir=cfg.logdir,
-        segments=cfg.segments,
-        steps_per_segment=cfg.steps_per_segment,
-        seed=cfg.seed,
+        **cfg.run_kwargs(),
         hparams=cfg,
     )
 

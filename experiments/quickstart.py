@@ -22,7 +22,7 @@ from metarl.envs import make_contextual
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(experiment.RunArgs):
     logdir: str = "runs/quickstart"
     segments: int = 5
     steps_per_segment: int = 60_000
@@ -53,16 +53,15 @@ def main(cfg: Config) -> list[dict]:
     exp = experiment.Experiment(
         env=env,
         target=target,
-        curriculum=curricula.LinearWidening(start=cfg.start_fraction, segments=cfg.segments - 1),
+        curriculum=curricula.LinearWidening(
+            start=cfg.start_fraction, segments=max(1, cfg.segments - 1)
+        ),
         ppo=dataclasses.replace(cfg.ppo, seed=cfg.seed),
         eval=cfg.eval,
     )
     return experiment.run(
         exp,
-        logdir=cfg.logdir,
-        segments=cfg.segments,
-        steps_per_segment=cfg.steps_per_segment,
-        seed=cfg.seed,
+        **cfg.run_kwargs(),
         hparams=cfg,
     )
 

@@ -20,7 +20,7 @@ from metarl.envs import make_contextual
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(experiment.RunArgs):
     logdir: str = "runs/rl2_hidden_context"
     segments: int = 4
     steps_per_segment: int = 100_000
@@ -56,10 +56,7 @@ def main(cfg: Config) -> dict[str, list[dict]]:
     }
     return experiment.run_variants(
         variants,
-        logdir=cfg.logdir,
-        segments=cfg.segments,
-        steps_per_segment=cfg.steps_per_segment,
-        seed=cfg.seed,
+        **cfg.run_kwargs(),
         hparams=cfg,
     )
 

@@ -4,3 +4,10 @@ Packages: `metarl.contexts`, `metarl.envs`, `metarl.agents.ppo`, `metarl.evaluat
 `metarl.tensorboard`, `metarl.checkpoint`, `metarl.experiment`; curricula live in the
 top-level `curricula` package.
 """
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("metarl")
+except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = "0+unknown"

@@ -12,7 +12,10 @@ Deep RL") that apply to continuous context spaces:
   for continuous ranges, fresh values never seen in training.
 * ``extrapolation``: every dimension outside its training interval, within
   `factor` times the interval about its centre (1.5: half an interval more on
-  each side), on the physically valid side.
+  each side), on the physically valid side. ``extrapolation_low`` and
+  ``extrapolation_high`` take every dimension below (above) its interval:
+  reported per side, because one side is often easier than the other (less
+  gravity, more motor) and a mixed split hides which way a policy fails.
 * ``grid``: a regular grid over one or two names (others at their centre),
   for heatmaps.
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,10 +38,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from metarl.contexts import Choice, ContextSpace
-from metarl.contexts.quantities import Quantity
 from metarl.envs import TRIAL, ContextualEnv
 
-SPLITS = ("train", "interpolation", "extrapolation")
+SIDES = ("both", "low", "high")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,32 +93,44 @@ def interpolation(space: ContextSpace, num: int, seed: int = 1) -> ContextSet:
 
 
 def extrapolation(
-    env: ContextualEnv, space: ContextSpace, num: int, factor: float = 1.5, seed: int = 2
+    env: ContextualEnv,
+    space: ContextSpace,
+    num: int,
+    factor: float = 1.5,
+    seed: int = 2,
+    side: str = "both",
 ) -> ContextSet:
     """`num` contexts with every dimension outside its training interval.
 
     Values lie within `factor` x the interval about its centre; a side that
     would be non-physical for the quantity (mass <= 0, ...) is not used.
+    `side`: "both" (each dimension picks a side at random; split name
+    ``extrapolation``), "low" or "high" (every dimension below / above its
+    interval; split ``extrapolation_low`` / ``extrapolation_high``).
     """
     if factor <= 1:
         raise ValueError(f"extrapolation needs factor > 1, got {factor}")
+    if side not in SIDES:
+        raise ValueError(f"extrapolation: side must be one of {SIDES}, got {side!r}")
     rng = np.random.default_rng(seed)
-    bounds = {e.name: e for e in env.binding.entries}
     values = {}
     for name, (lo, hi) in _intervals(space).items():
         centre, half = (lo + hi) / 2, max((hi - lo) / 2, 1e-3 * max(1.0, abs(lo + hi) / 2))
         outer_lo, outer_hi = centre - factor * half, centre + factor * half
-        target = bounds[name].target
-        if isinstance(target, Quantity) and target.lower is not None:
-            outer_lo = max(outer_lo, target.lower + 1e-3 * half)
-        sides = [(a, b) for a, b in ((outer_lo, lo), (hi, outer_hi)) if b > a]
-        if not sides:
+        lower = env.binding.lower_limit(name)
+        if lower is not None:
+            outer_lo = max(outer_lo, lower + 1e-3 * half)
+        sides = {"low": (outer_lo, lo), "high": (hi, outer_hi)}
+        chosen = list(sides) if side == "both" else [side]
+        usable = [sides[k] for k in chosen if sides[k][1] > sides[k][0]]
+        if not usable:
             raise ValueError(
-                f"extrapolation: no valid values outside the training range of {name!r}"
+                f"extrapolation: no valid values {'outside' if side == 'both' else side + ' of'} "
+                f"the training range of {name!r}"
             )
-        pick = rng.integers(0, len(sides), num)
-        values[name] = np.asarray([rng.uniform(*sides[i]) for i in pick], np.float32)
-    return ContextSet("extrapolation", values)
+        pick = rng.integers(0, len(usable), num)
+        values[name] = np.asarray([rng.uniform(*usable[i]) for i in pick], np.float32)
+    return ContextSet("extrapolation" if side == "both" else f"extrapolation_{side}", values)
 
 
 def grid(space: ContextSpace, axes: Mapping[str, Any]) -> ContextSet:
@@ -138,6 +153,7 @@ class EvalResult:
     returns: np.ndarray  # [C, episodes] episode returns
     mean: np.ndarray  # [C]
     std: np.ndarray  # [C]
+    by_episode: np.ndarray  # [C, episodes_per_trial]: mean return of the i-th episode of a trial
 
 
 class Evaluator:
@@ -189,25 +205,35 @@ class Evaluator:
         idx = np.minimum(np.arange(self.max_contexts), c - 1)
         spaces = [self.env.space.pinned({n: v[i] for n, v in contexts.values.items()}) for i in idx]
         ranges = jax.tree.map(lambda *x: np.repeat(np.stack(x), self.trials, axis=0), *spaces)
-        raw = np.asarray(self._run(policy, ranges, key))
+        raw = np.asarray(self._run(policy, ranges, key))  # [contexts * trials, k]
         per_context = raw.reshape(self.max_contexts, -1)[:c, : self.episodes]
+        per_trial = raw.reshape(self.max_contexts, self.trials, -1)[:c]
+        with warnings.catch_warnings():  # an episode slot no trial reached stays NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            by_episode = np.nanmean(per_trial, axis=1)
         return EvalResult(
             contexts=contexts,
             returns=per_context,
             mean=np.nanmean(per_context, axis=1),
             std=np.nanstd(per_context, axis=1),
+            by_episode=by_episode,
         )
 
 
 def summarize(results: Mapping[str, EvalResult]) -> dict[str, float]:
     """Mean return per split and the generalization gaps.
 
-    ``generalization_gap`` = train - extrapolation mean return;
-    ``interpolation_gap`` = train - interpolation (where those splits exist).
+    ``generalization_gap`` = train - the WORSE of ``extrapolation_low`` and
+    ``extrapolation_high`` (or of ``extrapolation`` where the sides are not
+    evaluated): how much return is lost on the harder side of the training
+    ranges. ``interpolation_gap`` = train - interpolation (where those splits exist).
     """
     out = {split: float(np.nanmean(r.mean)) for split, r in results.items()}
-    if "train" in out and "extrapolation" in out:
-        out["generalization_gap"] = out["train"] - out["extrapolation"]
+    sides = [out[k] for k in ("extrapolation_low", "extrapolation_high") if k in out]
+    if not sides and "extrapolation" in out:
+        sides = [out["extrapolation"]]
+    if "train" in out and sides:
+        out["generalization_gap"] = out["train"] - min(sides)
     if "train" in out and "interpolation" in out:
         out["interpolation_gap"] = out["train"] - out["interpolation"]
     return out

@@ -1,45 +1,88 @@
 """The segment loop every experiment script shares (one loop, no forked copies).
 
-`run(experiment, logdir=..., segments=..., steps_per_segment=..., seed=...)`:
+``run(experiment, logdir=..., segments=..., steps_per_segment=..., seed=...)``
+goes through four stages, each a method of `Run`:
 
-1. builds the PPO train space once, the curriculum state, and the held-out
-   context sets (train / interpolation / extrapolation of the *target* space,
-   fixed for the whole run so that segments compare);
-2. resumes from ``<logdir>/checkpoints`` when a checkpoint is there (training
-   state, env state, curriculum state and segment index, restored bit for bit);
-3. per segment: trains on ``curriculum.ranges(state)`` (no recompilation),
-   evaluates on the current ranges and on every held-out split, updates the
-   curriculum with ``{**train_metrics, "eval_return": ...}``, logs everything
-   to TensorBoard (`metarl.tensorboard` tag scheme) and saves a checkpoint;
-4. at the end logs a heatmap of return over a context grid and the run's
-   hyperparameters, and prints a table.
+1. **setup**: the compiled pieces (`Compiled`: the PPO train space and the
+   held-out evaluator, built once and shared explicitly between runs of the
+   same env and settings), the run's identity (`run.json`: its config and the
+   library version), fresh states, and the held-out context sets
+   (train / interpolation / extrapolation low and high of the *target*
+   space), fixed for the whole run and shared by all its seeds;
+2. **resume**: from ``<logdir>/checkpoints`` when one is there (training,
+   env and curriculum states and segment index, restored bit for bit). A
+   rerun whose config differs refuses to resume (see `RESUME_MODES`);
+3. **segment**: trains on the curriculum's ranges (no recompilation),
+   evaluates on the current ranges and every held-out split, updates the
+   curriculum, logs to TensorBoard (`metarl.tensorboard` tag scheme) and saves
+   a checkpoint. Every key comes from ``fold_in`` of the seed, so a resumed
+   run logs exactly what an uninterrupted one does;
+4. **report**: hyperparameters and the final table.
+
+With ``num_seeds`` N > 1 the N seeds ``seed, seed+1, ...`` train in one
+compiled program; each keeps its own curriculum state and TensorBoard run
+(``<logdir>/seed_<s>``), and ``<logdir>/aggregate`` holds the mean, IQM and
+95% stratified-bootstrap CI over seeds of every eval return (`metarl.stats`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import pathlib
-from typing import Any
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Protocol
 
 import jax
 import numpy as np
 from tqdm import tqdm
 
-from curricula import Curriculum
-from metarl import checkpoint
+import metarl
+from metarl import checkpoint, stats
 from metarl import evaluation as E
 from metarl.agents import ppo
-from metarl.contexts import ContextSpace
+from metarl.contexts import ContextSpace, PerEnv
 from metarl.envs import CONTEXT, ContextualEnv
-from metarl.tensorboard import RunLogger
+from metarl.tensorboard import RunLogger, flatten_hparams
 
 HISTORY = "history.json"
-# Compiled pieces shared by runs of one process on the same env and settings
-# (compare_curricula trains three curricula with one compilation).
-_SPACES: dict[tuple[int, ppo.PPOConfig], ppo.TrainSpace] = {}
-_EVALUATORS: dict[tuple[int, int, int], E.Evaluator] = {}
+RUN_FILE = "run.json"
+CHECKPOINTS = "checkpoints"
+RESUME_MODES = ("auto", "never", "force")
+# Fields a rerun may change under resume="auto": more (or fewer) segments.
+EXTENDABLE = ("segments",)
+# Fields not even resume="force" accepts: they would mix runs or fail to restore.
+NEVER_FORCED = ("seed", "num_seeds", "ppo.", "experiment.")
+SPLITS = ("train", "interpolation", "extrapolation", "extrapolation_low", "extrapolation_high")
+_SETS, _EVAL, _NOW = 1, 2, 3  # fold_in streams of a seed's key
+
+
+class CurriculumLike(Protocol):
+    """What the runner needs of a curriculum (`curricula.Curriculum` is one)."""
+
+    init: Callable[..., Any]
+    update: Callable[[Any, Mapping[str, Any]], Any]
+    ranges: Callable[[Any], ContextSpace | PerEnv]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunArgs:
+    """The command-line fields every experiment script shares (subclass it)."""
+
+    logdir: str = "runs/experiment"
+    segments: int = 5
+    steps_per_segment: int = 50_000
+    seed: int = 0
+    num_seeds: int = 1  # seeds seed, seed+1, ... trained in one compiled program
+    resume: Literal["auto", "never", "force"] = "auto"
+
+    def run_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of `run` these fields set."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(RunArgs)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,41 +102,38 @@ class Experiment:
 
     env: ContextualEnv
     target: ContextSpace
-    curriculum: Curriculum
+    curriculum: CurriculumLike
     ppo: ppo.PPOConfig
     eval: EvalConfig = EvalConfig()
 
 
-def _per_env(ranges: ContextSpace, target: ContextSpace) -> bool:
-    return [np.shape(x) for x in jax.tree.leaves(ranges)] != [
-        np.shape(x) for x in jax.tree.leaves(target)
-    ]
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+    """The compiled pieces of an experiment: share one between runs of the same
+    env, PPO config, seed count and evaluation sizes (`run_variants` does)."""
+
+    space: ppo.TrainSpace
+    evaluator: E.Evaluator
+    grid_axes: dict[str, np.ndarray]
+
+    def fits(self, exp: Experiment, num_seeds: int) -> bool:
+        return (
+            self.space.env is exp.env
+            and self.space.config == exp.ppo
+            and self.space.num_seeds == (num_seeds if num_seeds > 1 else None)
+            and self.evaluator.episodes == exp.eval.episodes
+        )
 
 
-def _current_set(ranges: ContextSpace, target: ContextSpace, num: int, seed: int) -> E.ContextSet:
-    """Contexts drawn as training draws them now (a random env's ranges if per env)."""
-    if not _per_env(ranges, target):
-        return E.in_distribution(ranges, num, seed)
-    n = len(jax.tree.leaves(ranges)[0])
-    rows = np.random.default_rng(seed).integers(0, n, num)
-    picks = [
-        E.in_distribution(jax.tree.map(lambda x, i=i: np.asarray(x)[i], ranges), 1, seed + k)
-        for k, i in enumerate(rows)
-    ]
-    return E.ContextSet(
-        "train", {name: np.concatenate([p.values[name] for p in picks]) for name in target}
+def compile_experiment(exp: Experiment, num_seeds: int = 1) -> Compiled:
+    """Builds the train space (with a seed axis if `num_seeds` > 1) and the evaluator."""
+    axes = _heatmap_axes(exp)
+    size = max(exp.eval.contexts, int(np.prod([len(v) for v in axes.values()])))
+    return Compiled(
+        space=ppo.make_train_space(exp.env, exp.ppo, num_seeds if num_seeds > 1 else None),
+        evaluator=E.Evaluator(exp.env, exp.eval.episodes, size),
+        grid_axes=axes,
     )
-
-
-def _held_out(exp: Experiment, seed: int) -> dict[str, E.ContextSet]:
-    n = exp.eval.contexts
-    return {
-        "train": E.in_distribution(exp.target, n, seed),
-        "interpolation": E.interpolation(exp.target, n, seed + 1),
-        "extrapolation": E.extrapolation(
-            exp.env, exp.target, n, exp.eval.extrapolation_factor, seed + 2
-        ),
-    }
 
 
 def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
@@ -104,49 +144,359 @@ def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
         lo, hi = float(np.min(lo)), float(np.max(hi))
         centre, half = (lo + hi) / 2, (hi - lo) / 2 * exp.eval.extrapolation_factor
         axes[name] = np.linspace(centre - half, centre + half, exp.eval.heatmap_points)
-        axes[name] = np.maximum(axes[name], 1e-3) if lo > 0 else axes[name]
+        lower = exp.env.binding.lower_limit(name) if name in exp.env.space else None
+        if lower is not None:
+            axes[name] = np.maximum(axes[name], lower + 1e-3 * max(half, 1e-3))
     return axes
 
 
-def _write_history(logdir: pathlib.Path, rows: list[dict]) -> None:
-    tmp = logdir / (HISTORY + ".tmp")
+def _int_seed(key: jax.Array) -> int:
+    """A NumPy seed drawn from a JAX key (context sets are built with NumPy)."""
+    return int(jax.random.randint(key, (), 0, 2**31 - 1))
+
+
+def held_out_sets(exp: Experiment, seed: int) -> dict[str, E.ContextSet]:
+    """The run's held-out context sets: one per split, from `fold_in` of the seed."""
+    base = jax.random.fold_in(jax.random.key(seed), _SETS)
+    n, factor = exp.eval.contexts, exp.eval.extrapolation_factor
+    builders = {
+        "train": lambda s: E.in_distribution(exp.target, n, s),
+        "interpolation": lambda s: E.interpolation(exp.target, n, s),
+        "extrapolation": lambda s: E.extrapolation(exp.env, exp.target, n, factor, s),
+        "extrapolation_low": lambda s: E.extrapolation(exp.env, exp.target, n, factor, s, "low"),
+        "extrapolation_high": lambda s: E.extrapolation(exp.env, exp.target, n, factor, s, "high"),
+    }
+    sets = {}
+    for i, (split, build) in enumerate(builders.items()):
+        try:
+            sets[split] = build(_int_seed(jax.random.fold_in(base, i)))
+        except ValueError as e:  # e.g. no physical value below a range that starts near 0
+            print(f"Held-out split {split!r} skipped: {e}", file=sys.stderr)
+    return sets
+
+
+def _current_set(ranges: ContextSpace | PerEnv, num: int, key: jax.Array) -> E.ContextSet:
+    """Contexts drawn as training draws them now (a random env's ranges if per env)."""
+    if not isinstance(ranges, PerEnv):
+        return E.in_distribution(ranges, num, _int_seed(key))
+    rows = np.random.default_rng(_int_seed(key)).integers(0, ranges.num_envs, num)
+    picks = [
+        E.in_distribution(ranges.row(i), 1, _int_seed(jax.random.fold_in(key, k)))
+        for k, i in enumerate(rows)
+    ]
+    names = list(ranges.ranges)
+    return E.ContextSet("train", {n: np.concatenate([p.values[n] for p in picks]) for n in names})
+
+
+def _shared(ranges: ContextSpace | PerEnv) -> ContextSpace:
+    """Ranges to log: per-env ranges as their envelope over envs (min low, max high)."""
+    if not isinstance(ranges, PerEnv):
+        return ranges
+    return jax.tree.map(lambda x: np.asarray(x)[0], ranges.ranges)
+
+
+class _InterruptedError(Exception):
+    """Raised inside a segment when SIGINT or SIGTERM arrived."""
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """SIGINT / SIGTERM set a flag; the segment loop stops at its next chunk."""
+    flag = {"signal": None}
+
+    def handler(signum, frame):
+        flag["signal"] = signum
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flag
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+# ---- run identity ----
+def _identity(exp: Experiment, hparams: Any, num_seeds: int, seed: int) -> dict[str, Any]:
+    config = flatten_hparams(hparams) if hparams is not None else {}
+    config.update({f"ppo.{k}": v for k, v in flatten_hparams(exp.ppo).items()})
+    config.update({f"eval.{k}": v for k, v in flatten_hparams(exp.eval).items()})
+    config.update(
+        {
+            "seed": seed,
+            "num_seeds": num_seeds,
+            "experiment.env": _describe_env(exp.env),
+            "experiment.target": repr(exp.target),
+        }
+    )
+    for key in ("logdir", "resume"):
+        config.pop(key, None)
+    return config
+
+
+def _describe_env(env: ContextualEnv) -> str:
+    return (
+        f"{type(env.unwrapped).__name__}(backend={env.binding.backend!r}, "
+        f"episode_length={env.episode_length}, episodes_per_trial={env.episodes_per_trial}, "
+        f"visible_context={env.visible_context!r})"
+    )
+
+
+def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    return {
+        k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
+    }
+
+
+def check_identity(logdir: pathlib.Path, config: dict[str, Any], resume: str) -> None:
+    """Refuses to continue a run whose recorded config differs (see `RESUME_MODES`).
+
+    resume="never": refuse any existing run. "auto": resume when the config is
+    the same but for `EXTENDABLE` fields (more segments). "force": also accept
+    other differences, except `NEVER_FORCED` fields (seeds, PPO, env, target,
+    curriculum), which would mix runs; accepted differences are recorded.
+    """
+    if resume not in RESUME_MODES:
+        raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
+    path = logdir / RUN_FILE
+    record = {"metarl_version": metarl.__version__, "config": config, "forced": []}
+    if path.exists():
+        old = json.loads(path.read_text())
+        if resume == "never":
+            raise SystemExit(
+                f"{logdir} already holds a run (resume='never'): choose another --logdir, "
+                "or rerun with --resume auto to continue it"
+            )
+        diff = _differences(old["config"], json.loads(json.dumps(config)))
+        blocking = {k: v for k, v in diff.items() if k not in EXTENDABLE}
+        never = {k: v for k, v in blocking.items() if k.startswith(NEVER_FORCED)}
+        if blocking and (resume == "auto" or never):
+            lines = "\n".join(f"  {k}: run has {a!r}, now {b!r}" for k, (a, b) in blocking.items())
+            hint = (
+                f"fields {sorted(never)} cannot be forced: start a new run with another --logdir"
+                if never
+                else "start a new run with another --logdir, or accept with --resume force"
+            )
+            raise SystemExit(f"{logdir} holds a run with another config:\n{lines}\n{hint}")
+        record["forced"] = old.get("forced", []) + ([sorted(blocking)] if blocking else [])
+        if blocking:
+            print(f"Resuming with changed fields (forced): {sorted(blocking)}", file=sys.stderr)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+# ---- the run ----
+class Run:
+    """One experiment run in `logdir`; `run` drives its stages (see module docstring)."""
+
+    def __init__(
+        self,
+        exp: Experiment,
+        logdir: str | os.PathLike,
+        seed: int,
+        num_seeds: int,
+        compiled: Compiled | None = None,
+    ):
+        if not isinstance(num_seeds, int) or num_seeds < 1:
+            raise ValueError(f"num_seeds must be an integer >= 1, got {num_seeds!r}")
+        self.exp, self.seed, self.num_seeds = exp, seed, num_seeds
+        self.logdir = pathlib.Path(logdir)
+        if compiled is not None and not compiled.fits(exp, num_seeds):
+            raise ValueError("compiled: built for another env, PPO config, seed count or eval size")
+        self.compiled = compiled or compile_experiment(exp, num_seeds)
+        self.seeds = [seed + k for k in range(num_seeds)]
+        self.rows: list[dict] = []
+        self.start = 0
+
+    @property
+    def space(self) -> ppo.TrainSpace:
+        return self.compiled.space
+
+    def _per_seed(self, values: list) -> Any:
+        return values[0] if self.num_seeds == 1 else values
+
+    def _logdirs(self) -> list[pathlib.Path]:
+        if self.num_seeds == 1:
+            return [self.logdir]
+        return [self.logdir / f"seed_{s}" for s in self.seeds] + [self.logdir / "aggregate"]
+
+    # stage 1
+    def setup(self, hparams: Any, resume: str) -> None:
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        check_identity(self.logdir, _identity(self.exp, hparams, self.num_seeds, self.seed), resume)
+        exp = self.exp
+        keys = ppo.seed_keys(self.seed, self.num_seeds if self.num_seeds > 1 else None)
+        k_train, k_env, k_cur = ppo.split_keys(keys, 3)
+        self.ts = ppo.init_training_state(self.space, k_train)
+        k_cur = [k_cur] if self.num_seeds == 1 else list(k_cur)
+        self.cstates = [
+            exp.curriculum.init(
+                exp.target, defaults=exp.env.default_context(), num_envs=exp.ppo.num_envs, key=k
+            )
+            for k in k_cur
+        ]
+        self.es = ppo.init_env_state(self.space, k_env, self._ranges())
+        self.eval_keys = [jax.random.fold_in(jax.random.key(s), _EVAL) for s in self.seeds]
+        self.sets = held_out_sets(exp, self.seed)
+        self.grid = E.grid(exp.target, self.compiled.grid_axes)
+
+    def _ranges(self) -> Any:
+        return self._per_seed([self.exp.curriculum.ranges(c) for c in self.cstates])
+
+    def _state(self, segment: int) -> dict[str, Any]:
+        return {
+            "training": self.ts,
+            "env": self.es,
+            "curriculum": self.cstates,
+            "segment": np.int32(segment),
+        }
+
+    # stage 2
+    def resume(self) -> None:
+        ckpt = self.logdir / CHECKPOINTS
+        if checkpoint.latest_step(ckpt) is None:
+            # A fresh start: whatever an earlier attempt logged before its first
+            # checkpoint is stale (it would duplicate points), so it goes.
+            for d in self._logdirs():
+                for f in d.glob("events.out.tfevents.*"):
+                    f.unlink()
+            (self.logdir / HISTORY).unlink(missing_ok=True)
+            return
+        state = checkpoint.restore(ckpt, like=self._state(0))
+        self.ts, self.es, self.cstates = state["training"], state["env"], state["curriculum"]
+        self.start = int(state["segment"])
+        history = self.logdir / HISTORY
+        self.rows = json.loads(history.read_text())[: self.start] if history.exists() else []
+        print(
+            f"Resuming {self.logdir} after segment {self.start} "
+            f"({self.space.env_steps(self.ts):,} env steps)"
+        )
+
+    # stage 3
+    def segment(self, k: int, segments: int, steps: int, loggers, flag, progress: bool) -> None:
+        exp = self.exp
+        ranges = self._ranges()
+        with tqdm(
+            total=steps,
+            desc=f"segment {k + 1}/{segments}",
+            unit="step",
+            disable=not progress,
+            leave=False,
+        ) as bar:
+
+            def report(done, total):
+                bar.update(done - bar.n)
+                if flag["signal"] is not None:
+                    raise _InterruptedError
+
+            self.ts, self.es, metrics = ppo.run_train(
+                self.space, self.ts, self.es, steps, context=ranges, progress=report, chunks=10
+            )
+        metrics = [metrics] if self.num_seeds == 1 else metrics
+        ranges = [ranges] if self.num_seeds == 1 else ranges
+        results = []
+        for i in range(self.num_seeds):
+            ts = self.ts if self.num_seeds == 1 else ppo.select_seed(self.ts, i)
+            results.append(self._evaluate(i, k, ts, ranges[i]))
+            now = results[-1].pop("now")
+            self.cstates[i] = exp.curriculum.update(
+                self.cstates[i], {**metrics[i], "eval_return": now}
+            )
+        step = self.space.env_steps(self.ts)
+        contexts = jax.device_get(self.es.env.info[CONTEXT])
+        for i, logger in enumerate(loggers[: self.num_seeds]):
+            seed_contexts = contexts if self.num_seeds == 1 else ppo.select_seed(contexts, i)
+            self._log(logger, step, metrics[i], ranges[i], seed_contexts, results[i])
+        if self.num_seeds > 1:
+            self._log_aggregate(loggers[-1], step, results)
+        self.rows.append(self._row(k + 1, step, metrics, results))
+        _write_json(self.logdir / HISTORY, self.rows)
+        checkpoint.save(self.logdir / CHECKPOINTS, k + 1, self._state(k + 1), keep=2)
+
+    def _evaluate(self, i: int, k: int, ts, ranges) -> dict[str, Any]:
+        policy = ppo.make_policy(self.space, ts)
+        evaluator = self.compiled.evaluator
+        key = jax.random.fold_in(self.eval_keys[i], k)
+        now = evaluator.evaluate(
+            policy, _current_set(ranges, self.exp.eval.contexts, jax.random.fold_in(key, _NOW)), key
+        )
+        held = {split: evaluator.evaluate(policy, s, key) for split, s in self.sets.items()}
+        heat = evaluator.evaluate(policy, self.grid, key).mean
+        return {"now": float(np.nanmean(now.mean)), "held": held, "heat": heat}
+
+    def _log(self, logger: RunLogger, step, metrics, ranges, contexts, result) -> None:
+        held = result["held"]
+        summary = E.summarize(held)
+        logger.log_train(step, {k: v for k, v in metrics.items() if np.ndim(v) == 0})
+        logger.log_train(step, {}, metrics["env_steps_per_sec"])
+        logger.log_ranges(step, _shared(ranges))
+        logger.log_contexts(step, contexts)
+        episodes = self.exp.env.episodes_per_trial
+        logger.log_eval(
+            step,
+            {split: summary[split] for split in held},
+            gap=summary.get("generalization_gap"),
+            stds={split: float(np.nanmean(r.std)) for split, r in held.items()},
+            by_episode=(
+                {split: np.nanmean(r.by_episode, 0) for split, r in held.items()}
+                if episodes > 1
+                else None
+            ),
+        )
+        self._log_heatmap(logger, step, result["heat"])
+        logger.flush()
+
+    def _log_heatmap(self, logger: RunLogger, step: int, heat: np.ndarray) -> None:
+        (x, xs), *rest = self.compiled.grid_axes.items()
+        y, ys = rest[0] if rest else ("(none)", np.zeros(1))
+        intervals = self.exp.target.intervals()
+        box = [float(np.min(intervals[x][0])), float(np.max(intervals[x][1]))]
+        box += [float(np.min(intervals[y][0])), float(np.max(intervals[y][1]))] if rest else [0, 0]
+        # E.grid lists points x-major; the image wants rows over y.
+        logger.log_heatmap(step, x, xs, y, ys, heat.reshape(len(xs), len(ys)).T, tuple(box))
+
+    def _log_aggregate(self, logger: RunLogger, step: int, results: list[dict]) -> None:
+        summaries = [E.summarize(r["held"]) for r in results]
+        scalars = {}
+        for name in summaries[0]:
+            scores = np.asarray([s[name] for s in summaries])
+            tag = "eval/generalization_gap" if name.endswith("gap") else f"eval/{name}/return"
+            if name == "interpolation_gap":
+                tag = "eval/interpolation_gap"
+            agg = stats.summarize(scores)
+            scalars.update(
+                {
+                    tag: agg.mean,
+                    f"{tag}/iqm": agg.iqm,
+                    f"{tag}/ci_low": agg.ci_low,
+                    f"{tag}/ci_high": agg.ci_high,
+                }
+            )
+        logger.log_scalars(step, scalars)
+        self._log_heatmap(logger, step, np.mean([r["heat"] for r in results], 0))
+        logger.flush()
+
+    def _row(self, segment: int, step: int, metrics: list, results: list) -> dict[str, Any]:
+        summaries = [E.summarize(r["held"]) for r in results]
+        row = {"segment": segment, "env_steps": step}
+        row["train_return"] = self._per_seed([m["episode_return"] for m in metrics])
+        for split in (*SPLITS, "generalization_gap"):
+            if split in summaries[0]:
+                row[split] = self._per_seed([s[split] for s in summaries])
+        return row
+
+    # stage 4
+    def report(self, loggers: list[RunLogger], hparams: Any) -> None:
+        final = self.rows[-1] if self.rows else {}
+        for i, logger in enumerate(loggers[: self.num_seeds]):
+            values = {k: v[i] if isinstance(v, list) else v for k, v in final.items()}
+            logger.log_hparams(hparams if hparams is not None else self.exp.ppo, values)
+
+
+def _write_json(path: pathlib.Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(rows, indent=1))
-    os.replace(tmp, logdir / HISTORY)
-
-
-def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics.items() if np.ndim(v) == 0}
-
-
-_COLUMNS = {
-    "segment": "segment",
-    "env_steps": "env steps",
-    "train_return": "train return",
-    "train": "eval train",
-    "interpolation": "eval interp",
-    "extrapolation": "eval extrap",
-    "gap": "gap",
-}
-
-
-def _line(values) -> str:
-    return " ".join(f"{v:>13.1f}" if isinstance(v, float) else f"{v!s:>13}" for v in values)
-
-
-def print_table(rows: list[dict], logdir: str | os.PathLike) -> None:
-    """The per-segment table and the command that opens the dashboard."""
-    print("\n" + _line(_COLUMNS.values()))
-    for row in rows:
-        print(_line(row[c] for c in _COLUMNS))
-    print(f"\nDashboard: tensorboard --logdir {logdir}")
-
-
-def print_comparison(results: dict[str, list[dict]], logdir: str | os.PathLike) -> None:
-    """One line per variant: its last segment's returns on every split."""
-    print("\n" + _line(["variant", *list(_COLUMNS.values())[2:]]))
-    for name, rows in results.items():
-        print(_line([name, *(rows[-1][c] for c in list(_COLUMNS)[2:])]))
-    print(f"\nDashboard: tensorboard --logdir {logdir}")
+    os.replace(tmp, path)
 
 
 def run(
@@ -156,116 +506,52 @@ def run(
     segments: int,
     steps_per_segment: int,
     seed: int,
+    num_seeds: int = 1,
+    resume: str = "auto",
     hparams: Any = None,
+    compiled: Compiled | None = None,
     progress: bool = True,
     table: bool = True,
 ) -> list[dict]:
     """Runs (or resumes) the experiment; returns one summary row per segment.
 
-    `hparams`: the script's config (logged to TensorBoard's HParams tab).
+    `hparams`: the script's config (logged to TensorBoard's HParams tab and
+    recorded in ``run.json``). `compiled`: pieces from `compile_experiment` to
+    share. With `num_seeds` > 1 every row value is a list over seeds.
+    Ctrl-C (SIGINT) or SIGTERM stops at the next chunk of the segment in
+    progress, keeps the last checkpoint and exits with status 130.
     """
-    if segments < 1 or steps_per_segment < 1:
-        raise ValueError(
-            f"segments and steps_per_segment must be >= 1, got {segments}, {steps_per_segment}"
-        )
-    logdir = pathlib.Path(logdir)
-    logdir.mkdir(parents=True, exist_ok=True)
-    ckpt_dir = logdir / "checkpoints"
-    cache = (id(exp.env), exp.ppo)
-    space = _SPACES[cache] = _SPACES.get(cache) or ppo.make_train_space(exp.env, exp.ppo)
-    k_train, k_env, k_cur, k_eval = jax.random.split(jax.random.key(seed), 4)
-    ts = ppo.init_training_state(space, k_train)
-    cstate = exp.curriculum.init(
-        exp.target, defaults=exp.env.default_context(), num_envs=exp.ppo.num_envs, key=k_cur
-    )
-    es = ppo.init_env_state(space, k_env, exp.curriculum.ranges(cstate))
-    start, rows = 0, []
-    if checkpoint.latest_step(ckpt_dir) is not None:
-        like = {"training": ts, "env": es, "curriculum": cstate, "segment": np.int32(0)}
-        state = checkpoint.restore(ckpt_dir, like=like)
-        ts, es, cstate = state["training"], state["env"], state["curriculum"]
-        start = int(state["segment"])
-        rows = (
-            json.loads((logdir / HISTORY).read_text())[:start]
-            if (logdir / HISTORY).exists()
-            else []
-        )
-        print(f"Resuming {logdir} after segment {start} ({space.env_steps(ts):,} env steps)")
-
-    sets = _held_out(exp, seed + 100)
-    axes = _heatmap_axes(exp)
-    grid = E.grid(exp.target, axes)
-    size = (id(exp.env), exp.eval.episodes, max(exp.eval.contexts, len(grid)))
-    evaluator = _EVALUATORS[size] = _EVALUATORS.get(size) or E.Evaluator(exp.env, *size[1:])
+    for name, value in (("segments", segments), ("steps_per_segment", steps_per_segment)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if resume not in RESUME_MODES:
+        raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
+    r = Run(exp, logdir, seed, num_seeds, compiled)
+    r.setup(hparams, resume)
+    r.resume()
     names = list(exp.target)
-    purge = space.env_steps(ts) + 1 if start else None
+    purge = r.space.env_steps(r.ts) + 1 if r.start else None
     if progress:
-        print(_line(_COLUMNS.values()))
-    with RunLogger(logdir, names, purge_step=purge) as logger:
-        for segment in range(start, segments):
-            ranges = exp.curriculum.ranges(cstate)
-            with tqdm(
-                total=steps_per_segment,
-                desc=f"segment {segment + 1}/{segments}",
-                unit="step",
-                disable=not progress,
-                leave=False,
-            ) as bar:
-                report = lambda done, total: bar.update(done - bar.n)  # noqa: E731
-                ts, es, metrics = ppo.run_train(
-                    space, ts, es, steps_per_segment, context=ranges, progress=report, chunks=10
+        print(_line(_columns(num_seeds).values()))
+    with contextlib.ExitStack() as stack, _interruptible() as flag:
+        loggers = [stack.enter_context(RunLogger(d, names, purge_step=purge)) for d in r._logdirs()]
+        for k in range(r.start, segments):
+            try:
+                r.segment(k, segments, steps_per_segment, loggers, flag, progress)
+            except _InterruptedError:
+                done = checkpoint.latest_step(r.logdir / CHECKPOINTS)
+                print(
+                    f"\nInterrupted during segment {k + 1}: the checkpoint after segment "
+                    f"{done or 0} is kept. Resume by rerunning the same command.",
+                    file=sys.stderr,
                 )
-            policy = ppo.make_policy(space, ts)
-            k_eval, k_now, k_held = jax.random.split(k_eval, 3)
-            now = evaluator.evaluate(
-                policy, _current_set(ranges, exp.target, exp.eval.contexts, seed + segment), k_now
-            )
-            held = {split: evaluator.evaluate(policy, s, k_held) for split, s in sets.items()}
-            summary = E.summarize(held)
-            cstate = exp.curriculum.update(
-                cstate, {**metrics, "eval_return": float(np.nanmean(now.mean))}
-            )
-
-            step = metrics["env_steps"]
-            logger.log_train(step, _scalars(metrics), metrics["env_steps_per_sec"])
-            logger.log_ranges(step, ranges)
-            logger.log_contexts(step, jax.device_get(es.env.info[CONTEXT]))
-            logger.log_eval(
-                step,
-                {split: summary[split] for split in held},
-                gap=summary["generalization_gap"],
-                stds={split: float(np.nanmean(r.std)) for split, r in held.items()},
-            )
-            logger.flush()
-            rows.append(
-                {
-                    "segment": segment + 1,
-                    "env_steps": step,
-                    "train_return": metrics["episode_return"],
-                    **{split: summary[split] for split in held},
-                    "gap": summary["generalization_gap"],
-                }
-            )
-            _write_history(logdir, rows)
+                raise SystemExit(130) from None
             if progress:
-                tqdm.write(_line(rows[-1][c] for c in _COLUMNS))
-            state = {
-                "training": ts,
-                "env": es,
-                "curriculum": cstate,
-                "segment": np.int32(segment + 1),
-            }
-            checkpoint.save(ckpt_dir, segment + 1, state, keep=2)
-
-        heat = evaluator.evaluate(ppo.make_policy(space, ts), grid, k_eval).mean
-        (x, xs), *rest = axes.items()
-        y, ys = rest[0] if rest else ("(none)", np.zeros(1))
-        # E.grid lists points x-major; the image wants rows over y.
-        logger.log_heatmap(space.env_steps(ts), x, xs, y, ys, heat.reshape(len(xs), len(ys)).T)
-        logger.log_hparams(hparams if hparams is not None else exp.ppo, rows[-1] if rows else {})
+                tqdm.write(_line(_cells(r.rows[-1], num_seeds)))
+        r.report(loggers, hparams)
     if table:
-        print_table(rows, logdir)
-    return rows
+        print_table(r.rows, logdir)
+    return r.rows
 
 
 def run_variants(
@@ -275,21 +561,97 @@ def run_variants(
     segments: int,
     steps_per_segment: int,
     seed: int,
+    num_seeds: int = 1,
+    resume: str = "auto",
     hparams: Any = None,
 ) -> dict[str, list[dict]]:
-    """Runs each experiment under ``<logdir>/<name>`` (same budget and seed) and
-    prints one comparison line per variant."""
-    results = {}
+    """Runs each experiment under ``<logdir>/<name>`` (same budget, seeds and held-out
+    sets), sharing compiled pieces between variants of the same env and settings,
+    and prints one comparison line per variant."""
+    results, shared = {}, []
     for name, exp in variants.items():
         print(f"\n== {name} ==")
+        compiled = next((c for c in shared if c.fits(exp, num_seeds)), None)
+        if compiled is None:
+            compiled = compile_experiment(exp, num_seeds)
+            shared.append(compiled)
         results[name] = run(
             exp,
             logdir=pathlib.Path(logdir) / name,
             segments=segments,
             steps_per_segment=steps_per_segment,
             seed=seed,
+            num_seeds=num_seeds,
+            resume=resume,
             hparams=hparams,
+            compiled=compiled,
             table=False,
         )
     print_comparison(results, logdir)
     return results
+
+
+# ---- tables ----
+def _columns(num_seeds: int) -> dict[str, str]:
+    cols = {"segment": "segment", "env_steps": "env steps", "train_return": "train return"}
+    cols.update(
+        {
+            "train": "eval train",
+            "interpolation": "eval interp",
+            "extrapolation_low": "extrap low",
+            "extrapolation_high": "extrap high",
+            "generalization_gap": "gap",
+        }
+    )
+    return cols
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, list):
+        return stats.format_iqm(stats.summarize(np.asarray(value, float)))
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def _cells(row: dict, num_seeds: int) -> list[str]:
+    return [_cell(row.get(c, float("nan"))) for c in _columns(num_seeds)]
+
+
+def _line(values) -> str:
+    width = 15
+    return " ".join(f"{v!s:>{width}}" for v in values)
+
+
+def print_table(rows: list[dict], logdir: str | os.PathLike) -> None:
+    """The per-segment table (IQM [95% CI] over seeds) and the dashboard command."""
+    num_seeds = (
+        len(rows[0]["train_return"]) if rows and isinstance(rows[0]["train_return"], list) else 1
+    )
+    print("\n" + _line(_columns(num_seeds).values()))
+    for row in rows:
+        print(_line(_cells(row, num_seeds)))
+    print(f"\nDashboard: tensorboard --logdir {logdir}")
+
+
+def print_comparison(results: dict[str, list[dict]], logdir: str | os.PathLike) -> None:
+    """One line per variant: its last segment's returns on every split."""
+    cols = list(_columns(1))[2:]
+    print("\n" + _line(["variant", *[_columns(1)[c] for c in cols]]))
+    for name, rows in results.items():
+        print(_line([name, *(_cell(rows[-1].get(c, float("nan"))) for c in cols)]))
+    print(f"\nDashboard: tensorboard --logdir {logdir}")
+
+
+__all__ = [
+    "Compiled",
+    "EvalConfig",
+    "Experiment",
+    "Run",
+    "RunArgs",
+    "check_identity",
+    "compile_experiment",
+    "held_out_sets",
+    "print_comparison",
+    "print_table",
+    "run",
+    "run_variants",
+]

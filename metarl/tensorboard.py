@@ -8,8 +8,15 @@ Tags (``step`` is always the environment-step count):
   (the min of ``low`` and the max of ``high`` over elements and envs).
 * ``context/<context>``: histogram of the sampled contexts.
 * ``eval/<split>/return`` and ``eval/<split>/return_std``, splits ``train``,
-  ``interpolation``, ``extrapolation`` (others allowed); ``eval/generalization_gap``.
-* ``eval/heatmap``: image of the mean return over a 2-D context grid.
+  ``interpolation``, ``extrapolation``, ``extrapolation_low``, ``extrapolation_high``
+  (others allowed); ``eval/generalization_gap`` (train minus the worse extrapolation
+  side); ``eval/<split>/episode_<i>/return``: mean return of the i-th episode of a
+  trial (i = 1..k), the adaptation curve of an agent that learns within a trial.
+* ``eval/heatmap``: image of the mean return over a 2-D context grid, every cell
+  labelled, the training region outlined; logged at every segment.
+* With several seeds, ``<logdir>/seed_<s>`` holds each seed's run and
+  ``<logdir>/aggregate`` the ``<tag>`` mean, ``<tag>/iqm``, ``<tag>/ci_low`` and
+  ``<tag>/ci_high`` over seeds of every eval scalar (see `metarl.stats`).
 * ``hparams/<metric>``: final metrics shown with the hyperparameters (HParams dashboard).
 
 Characters TensorBoard does not allow in tags (all but letters, digits, ``_ - . /``)
@@ -41,7 +48,6 @@ TRAIN_RETURN = "train/return"
 ENV_STEPS_PER_SEC = "perf/env_steps_per_sec"
 GENERALIZATION_GAP = "eval/generalization_gap"
 HEATMAP = "eval/heatmap"
-EVAL_SPLITS = ("train", "interpolation", "extrapolation")
 HEATMAP_SIZE = (640, 480)  # (width, height) of the heatmap image in pixels
 _INVALID = re.compile(r"[^-/\w\.]")
 
@@ -69,6 +75,11 @@ def context_tag(name: str) -> str:
 def eval_return_tag(split: str, std: bool = False) -> str:
     """Mean evaluation return on a split (its standard deviation if `std`)."""
     return clean_tag(f"eval/{split}/return" + ("_std" if std else ""))
+
+
+def episode_return_tag(split: str, episode: int) -> str:
+    """Mean return of the `episode`-th episode (1-based) of a trial on a split."""
+    return clean_tag(f"eval/{split}/episode_{episode}/return")
 
 
 def hparam_metric_tag(name: str) -> str:
@@ -116,9 +127,19 @@ def flatten_hparams(config: Any, prefix: str = "") -> dict[str, str | int | floa
     return out
 
 
-def heatmap_figure(x_label: str, x_values, y_label: str, y_values, returns_2d) -> Figure:
-    """A matplotlib figure of `returns_2d` [len(y), len(x)] with labelled axes and a colorbar."""
+def heatmap_figure(
+    x_label: str,
+    x_values,
+    y_label: str,
+    y_values,
+    returns_2d,
+    train_box: tuple[float, float, float, float] | None = None,
+) -> Figure:
+    """A figure of `returns_2d` [len(y), len(x)]: every cell labelled with its return,
+    axes in the grid's values, a colorbar, and the training region
+    ``train_box = (x_low, x_high, y_low, y_high)`` outlined in white."""
     from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
 
     x, y = np.asarray(x_values, float).ravel(), np.asarray(y_values, float).ravel()
     if (z := np.asarray(returns_2d, float)).shape != (y.size, x.size):
@@ -132,9 +153,40 @@ def heatmap_figure(x_label: str, x_values, y_label: str, y_values, returns_2d) -
     for axis, values in ((ax.xaxis, x), (ax.yaxis, y)):  # at most ~10 ticks, grid values
         idx = np.arange(0, values.size, max(1, math.ceil(values.size / 10)))
         axis.set_ticks(idx, [f"{v:.3g}" for v in values[idx]])
+    finite = z[np.isfinite(z)]
+    middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
+    for (i, j), value in np.ndenumerate(z):
+        text = "nan" if not np.isfinite(value) else f"{value:.0f}"
+        color = "black" if np.isfinite(value) and value > middle else "white"
+        ax.text(j, i, text, ha="center", va="center", fontsize=9, color=color)
+    if train_box is not None:
+        corners = [_grid_position(x, train_box[0]), _grid_position(x, train_box[1])]
+        rows = [_grid_position(y, train_box[2]), _grid_position(y, train_box[3])]
+        if y.size == 1:
+            rows = [-0.5, 0.5]
+        ax.add_patch(
+            Rectangle(
+                (corners[0], rows[0]),
+                corners[1] - corners[0],
+                rows[1] - rows[0],
+                fill=False,
+                edgecolor="white",
+                linewidth=2.5,
+                linestyle="--",
+                label="training ranges",
+            )
+        )
+        ax.legend(loc="upper right", fontsize=8, framealpha=0.6)
     ax.set(xlabel=x_label, ylabel=y_label)
     fig.colorbar(im, ax=ax, label="mean return")
     return fig
+
+
+def _grid_position(values: np.ndarray, v: float) -> float:
+    """Where value `v` lies in image coordinates of a grid axis (cell i is centred at i)."""
+    if values.size == 1:
+        return 0.0
+    return float(np.interp(v, values, np.arange(values.size), left=-0.5, right=values.size - 0.5))
 
 
 class RunLogger:
@@ -215,26 +267,42 @@ class RunLogger:
         returns: Mapping[str, float],
         gap: float | None = None,
         stds: Mapping[str, float] | None = None,
+        by_episode: Mapping[str, Sequence[float]] | None = None,
     ) -> None:
-        """eval/<split>/return (and return_std) per split, and eval/generalization_gap."""
+        """eval/<split>/return (and return_std) per split, eval/generalization_gap, and
+        eval/<split>/episode_<i>/return for `by_episode[split][i - 1]` (trials of
+        several episodes)."""
         for split, value in returns.items():
             self._add(eval_return_tag(split), value, step)
         for split, value in (stds or {}).items():
             self._add(eval_return_tag(split, std=True), value, step)
+        for split, values in (by_episode or {}).items():
+            for i, value in enumerate(values, 1):
+                self._add(episode_return_tag(split, i), value, step)
         if gap is not None:
             self._add(GENERALIZATION_GAP, gap, step)
 
     def log_heatmap(
-        self, step: int, x_name: str, x_values, y_name: str, y_values, returns_2d
+        self,
+        step: int,
+        x_name: str,
+        x_values,
+        y_name: str,
+        y_values,
+        returns_2d,
+        train_box: tuple[float, float, float, float] | None = None,
     ) -> None:
         """eval/heatmap: mean return over a grid, `returns_2d` of shape [len(y), len(x)];
-        axes labelled ``name [units]``, rendered with the Agg backend (no pyplot state)."""
+        axes labelled ``name [units]``, cells labelled, the training region
+        `train_box` (x_low, x_high, y_low, y_high) outlined; rendered with the Agg
+        backend (no pyplot state)."""
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
         x_label, y_label = (
             f"{n} [{self.units[n]}]" if self.units.get(n) else n for n in (x_name, y_name)
         )
-        canvas = FigureCanvasAgg(heatmap_figure(x_label, x_values, y_label, y_values, returns_2d))
+        figure = heatmap_figure(x_label, x_values, y_label, y_values, returns_2d, train_box)
+        canvas = FigureCanvasAgg(figure)
         canvas.draw()
         rgb = np.asarray(canvas.buffer_rgba())[..., :3]
         self._last_step = max(self._last_step, int(step))
@@ -250,15 +318,15 @@ class RunLogger:
         for tag, value in tags.items():
             self._writer.add_scalar(tag, value, self._last_step)
 
-    def flush(self) -> None:
-        """Writes every pending event to disk before returning.
+    def log_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
+        """Scalars under the given tags (cleaned); non-finite values are skipped."""
+        for tag, value in scalars.items():
+            self._add(clean_tag(tag), value, step)
 
-        tensorboardX's own flush leaves events queued in its writer thread, so a
-        run killed right after it loses them; closing the writer drains the
-        queue, and the next events go to a fresh event file in the same logdir.
-        """
-        self._writer.close()
-        self._writer = SummaryWriter(logdir=self.logdir)
+    def flush(self) -> None:
+        """Writes every pending event to disk before returning; the run keeps one
+        event file (durable: a run killed right after keeps them)."""
+        _drain(self._writer)
 
     def close(self) -> None:
         """Flushes and closes the event file."""
@@ -270,6 +338,26 @@ class RunLogger:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _drain(writer: SummaryWriter) -> None:
+    """Blocks until every event queued in `writer` is in its event file.
+
+    tensorboardX writes from a background thread and its own flush only flushes
+    what that thread has already written, and offers no public way to wait for
+    the queue; closing would end the event file. So this stops the thread
+    (it drains the queue first), flushes the file and starts a new thread on
+    the same file: the one place metarl reaches into tensorboardX's internals.
+    """
+    from tensorboardX.event_file_writer import _EventLoggerThread
+
+    events = writer.file_writer.event_writer
+    if events._closed:
+        return
+    events._worker.stop()
+    events._ev_writer.flush()
+    events._worker = _EventLoggerThread(events._event_queue, events._ev_writer, events._flush_secs)
+    events._worker.start()
 
 
 def read_scalars(logdir: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:

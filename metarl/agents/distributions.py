@@ -47,9 +47,6 @@ class TanhNormal:
     def postprocess(self, raw):
         return jnp.tanh(raw)
 
-    def raw_shape(self, action_size: int) -> tuple[int, ...]:
-        return (action_size,)
-
     def encode(self, action, action_size: int):
         """The env action as a float vector (an RL^2 input)."""
         return action
@@ -76,9 +73,6 @@ class Categorical:
 
     def postprocess(self, raw):
         return raw.astype(jnp.int32)
-
-    def raw_shape(self, action_size: int) -> tuple[int, ...]:
-        return ()
 
     def encode(self, action, action_size: int):
         return jax.nn.one_hot(action, action_size)

@@ -22,7 +22,7 @@ from metarl.contexts.distributions import (
     Uniform,
 )
 from metarl.contexts.quantities import BACKENDS
-from metarl.contexts.space import CANONICAL_NAMES, Binding, Context, ContextSpace, bind
+from metarl.contexts.space import CANONICAL_NAMES, Binding, Context, ContextSpace, PerEnv, bind
 
 __all__ = [
     "BACKENDS",
@@ -35,6 +35,7 @@ __all__ = [
     "Fixed",
     "LogUniform",
     "Normal",
+    "PerEnv",
     "Scale",
     "TruncatedNormal",
     "Uniform",

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from brax.base import System
+from flax import struct
 
 from metarl.contexts import paths
 from metarl.contexts.distributions import Choice, Distribution, Normal
@@ -79,6 +80,41 @@ class ContextSpace(Mapping):
         obj = object.__new__(cls)
         obj._dists = dict(zip(names, dists))
         return obj
+
+    def check_compatible(self, ranges: Any, batch_shape: tuple[int, ...] = ()) -> ContextSpace:
+        """The one compatibility rule: `ranges` can replace this space's ranges.
+
+        Same names in the same order, the same distribution kinds and flags,
+        and every parameter of this space's shape with `batch_shape` in front
+        (``()`` for shared ranges, ``(num_envs,)`` for per-env ranges). Such
+        ranges reach compiled code without recompiling it. Returns `ranges`;
+        raises ValueError naming the first difference. Physical limits are
+        checked by `Binding.check_ranges`, which knows the fields.
+        """
+        if not isinstance(ranges, ContextSpace):
+            raise ValueError(f"expected ranges as a ContextSpace, got {type(ranges).__name__}")
+        if tuple(ranges) != tuple(self):
+            raise ValueError(
+                f"the ranges must have the same names in the same order as the env's space: "
+                f"expected {list(self)}, got {list(ranges)}"
+            )
+        batch = tuple(batch_shape)
+        for name in self:
+            old, new = self[name], ranges[name]
+            if jax.tree.structure(new) != jax.tree.structure(old):
+                raise ValueError(
+                    f"context {name!r}: the ranges must keep the distribution kind and flags: "
+                    f"expected {old!r}, got {new!r}"
+                )
+            for a, b in zip(jax.tree.leaves(old), jax.tree.leaves(new)):
+                if batch + np.shape(a) != np.shape(b):
+                    raise ValueError(
+                        f"context {name!r}: parameter shapes differ: got {np.shape(b)}, need "
+                        f"{batch + np.shape(a)}"
+                        + (f" (batch {batch} + the space's {np.shape(a)})" if batch else "")
+                        + "; another shape would recompile"
+                    )
+        return ranges
 
     def scaled(self, f: float, around: Any = None) -> ContextSpace:
         """Every range shrunk (f < 1) or widened (f > 1) by factor f.
@@ -176,6 +212,26 @@ class _Entry:
         return self.target.write(sys, value)
 
 
+class PerEnv(struct.PyTreeNode):
+    """Ranges with one row per env: every parameter has a leading [num_envs] axis.
+
+    Pass ``PerEnv(ranges)`` wherever shared ranges are accepted (`run_train`'s
+    `context`, `init_env_state`); ADR's curriculum returns one. Being explicit
+    means no code guesses from leaf shapes whether ranges are shared.
+    """
+
+    ranges: ContextSpace
+
+    @property
+    def num_envs(self) -> int:
+        leaves = jax.tree.leaves(self.ranges)
+        return int(np.shape(leaves[0])[0]) if leaves else 0
+
+    def row(self, i: int) -> ContextSpace:
+        """The ranges of env `i`."""
+        return jax.tree.map(lambda x: np.asarray(x)[i], self.ranges)
+
+
 @dataclasses.dataclass(frozen=True)
 class Binding:
     """A space resolved against one System and backend; samples and applies contexts."""
@@ -217,6 +273,14 @@ class Binding:
                 out[e.name] = e.default.flat[0]
         return out
 
+    def lower_limit(self, name: str) -> float | None:
+        """The physical lower limit of context `name` (exclusive for sizes and masses),
+        in the quantity's units or as a scale factor; None where any value is valid."""
+        for e in self.entries:
+            if e.name == name:
+                return e.target.lower if isinstance(e.target, Quantity) else None
+        raise ValueError(f"lower_limit: unknown context {name!r}; valid: {list(self.space)}")
+
     @property
     def context_size(self) -> int:
         return int(sum(np.prod(e.draw_shape, dtype=int) for e in self.entries))
@@ -232,31 +296,25 @@ class Binding:
             return jnp.zeros((0,), jnp.float32)
         return jnp.concatenate(parts).astype(jnp.float32)
 
-    def check_ranges(self, ranges: ContextSpace) -> ContextSpace:
-        """Validates replacement ranges: same names, kinds and shapes, physical values."""
-        if not isinstance(ranges, ContextSpace):
-            raise ValueError(f"expected a ContextSpace, got {type(ranges).__name__}")
-        if tuple(ranges) != tuple(self.space):
-            raise ValueError(
-                f"the new ranges must have the same names in the same order as the env's "
-                f"space: expected {list(self.space)}, got {list(ranges)}"
-            )
-        for name in self.space:
-            old, new = self.space[name], ranges[name]
-            old_def = jax.tree.structure(old)
-            if jax.tree.structure(new) != old_def:
-                raise ValueError(
-                    f"context {name!r}: the new ranges must keep the distribution kind and "
-                    f"flags: expected {old_def}, got {jax.tree.structure(new)}"
-                )
-            for a, b in zip(jax.tree.leaves(old), jax.tree.leaves(new)):
-                if np.shape(a) != np.shape(b):
-                    raise ValueError(
-                        f"context {name!r}: parameter shape changed from {np.shape(a)} to "
-                        f"{np.shape(b)}; that would recompile"
-                    )
-        for e in self.entries:
-            _check_values(e, ranges[e.name])
+    def check_ranges(self, ranges: Any, batch_shape: tuple[int, ...] = ()) -> ContextSpace:
+        """Validates replacement ranges: `ContextSpace.check_compatible`, then the
+        physical limits of every distinct row of a batch (`batch_shape` in front)."""
+        self.space.check_compatible(ranges, batch_shape)
+        if not batch_shape:
+            for e in self.entries:
+                _check_values(e, ranges[e.name])
+            return ranges
+        n = int(np.prod(batch_shape))
+        leaves = [
+            np.asarray(x).reshape((n,) + np.shape(x)[len(batch_shape) :])
+            for x in jax.tree.leaves(ranges)
+        ]
+        flat = jax.tree.unflatten(jax.tree.structure(ranges), leaves)
+        rows = np.unique(
+            np.concatenate([x.reshape(n, -1) for x in leaves], 1), axis=0, return_index=True
+        )[1]
+        for i in rows:  # validate each distinct row once
+            self.check_ranges(jax.tree.map(lambda x, i=i: x[i], flat))
         return ranges
 
 

@@ -45,34 +45,7 @@ def check_env(
     step = jax.vmap(env.step)
     keys = jax.random.split(jax.random.key(seed), num_envs)
     state = reset(keys)
-
-    # Structure: info keys, observation size, finite values.
-    names = list(env.space)
-    _require(
-        sorted(state.info[CONTEXT]) == sorted(names),
-        f"state.info[{CONTEXT!r}] must hold exactly the space's names {names}, "
-        f"got {sorted(state.info[CONTEXT])}",
-    )
-    _require(
-        _obs_size(state.obs) == env.observation_size,
-        f"observation size {_obs_size(state.obs)} differs from env.observation_size "
-        f"{env.observation_size}",
-    )
-    _require(
-        all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(state.obs)),
-        "reset produced non-finite observations",
-    )
-
-    # Contexts differ across envs for every entry that is not Fixed.
-    for name in names:
-        if isinstance(env.space[name], Fixed):
-            continue
-        values = np.asarray(state.info[CONTEXT][name]).reshape(num_envs, -1)
-        _require(
-            len({v.tobytes() for v in values}) > 1,
-            f"context {name!r} is identical in all {num_envs} envs after reset: contexts must "
-            "be drawn per env",
-        )
+    _check_reset(env, state, num_envs)
 
     # Roll out random actions; contexts hold within a trial and change at its end.
     def body(state, k):
@@ -95,26 +68,7 @@ def check_env(
         f"no trial ended within {max_steps} random steps; pass a larger max_steps or a "
         "shorter episode_length",
     )
-    before = {
-        n: np.concatenate([np.asarray(state.info[CONTEXT][n])[None], np.asarray(ctx[n])[:-1]])
-        for n in names
-    }
-    changed_any = {n: False for n in names}
-    for n in names:
-        after = np.asarray(ctx[n])
-        same = np.all((after == before[n]).reshape(max_steps, num_envs, -1), axis=-1)
-        _require(
-            bool(np.all(same[~new_trial])),
-            f"context {n!r} changed in the middle of a trial: it must stay fixed until the "
-            "trial ends",
-        )
-        changed_any[n] = bool(np.any(~same[new_trial]))
-    for n in names:
-        if not isinstance(env.space[n], Fixed):
-            _require(
-                changed_any[n],
-                f"context {n!r} was never resampled over {int(new_trial.sum())} trial ends",
-            )
+    _check_resampling(env, state.info[CONTEXT], ctx, new_trial)
 
     # Determinism: the same keys give bit-identical states.
     again, _ = rollout(reset(keys), jax.random.key(seed + 1))
@@ -132,3 +86,50 @@ def check_env(
         "episodes_ended": int(np.asarray(done).sum()),
         "trials_ended": int(new_trial.sum()),
     }
+
+
+def _check_reset(env: ContextualEnv, state, num_envs: int) -> None:
+    """Structure (info keys, observation size, finite values) and per-env contexts."""
+    names = list(env.space)
+    _require(
+        sorted(state.info[CONTEXT]) == sorted(names),
+        f"state.info[{CONTEXT!r}] must hold exactly the space's names {names}, "
+        f"got {sorted(state.info[CONTEXT])}",
+    )
+    _require(
+        _obs_size(state.obs) == env.observation_size,
+        f"observation size {_obs_size(state.obs)} differs from env.observation_size "
+        f"{env.observation_size}",
+    )
+    _require(
+        all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(state.obs)),
+        "reset produced non-finite observations",
+    )
+    for name in names:  # contexts differ across envs for every entry that is not Fixed
+        if isinstance(env.space[name], Fixed):
+            continue
+        values = np.asarray(state.info[CONTEXT][name]).reshape(num_envs, -1)
+        _require(
+            len({v.tobytes() for v in values}) > 1,
+            f"context {name!r} is identical in all {num_envs} envs after reset: contexts must "
+            "be drawn per env",
+        )
+
+
+def _check_resampling(env: ContextualEnv, first, ctx, new_trial: np.ndarray) -> None:
+    """Contexts hold within a trial and are redrawn at trial ends ([T, B] rollout)."""
+    steps = new_trial.shape[0]
+    for n in env.space:
+        before = np.concatenate([np.asarray(first[n])[None], np.asarray(ctx[n])[:-1]])
+        after = np.asarray(ctx[n])
+        same = np.all((after == before).reshape(steps, new_trial.shape[1], -1), axis=-1)
+        _require(
+            bool(np.all(same[~new_trial])),
+            f"context {n!r} changed in the middle of a trial: it must stay fixed until the "
+            "trial ends",
+        )
+        if not isinstance(env.space[n], Fixed):
+            _require(
+                bool(np.any(~same[new_trial])),
+                f"context {n!r} was never resampled over {int(new_trial.sum())} trial ends",
+            )

@@ -26,6 +26,9 @@ from metarl.agents.ppo.training import (
     init_training_state,
     make_train_space,
     run_train,
+    seed_keys,
+    select_seed,
+    split_keys,
     train,
 )
 
@@ -42,5 +45,8 @@ __all__ = [
     "init_training_state",
     "make_policy",
     "run_train",
+    "seed_keys",
+    "select_seed",
+    "split_keys",
     "train",
 ]

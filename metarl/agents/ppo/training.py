@@ -21,7 +21,7 @@ from metarl.agents.agent import Agent
 from metarl.agents.ppo.config import PPOConfig
 from metarl.agents.ppo.learner import IterationStats, TrainingState, iterate_fn
 from metarl.agents.ppo.rollout import EnvState
-from metarl.contexts import ContextSpace
+from metarl.contexts import ContextSpace, PerEnv
 from metarl.envs import ContextualEnv
 from metarl.parallel import AXIS, data_mesh
 
@@ -34,6 +34,7 @@ class TrainSpace:
     config: PPOConfig
     agent: Agent
     mesh: jax.sharding.Mesh
+    num_seeds: int | None  # None: one run; N: a leading [N] seed axis on every state
     init_training: Callable
     init_env: Callable
     set_ranges: Callable
@@ -44,7 +45,8 @@ class TrainSpace:
         return self.mesh.size
 
     def env_steps(self, training_state: TrainingState) -> int:
-        return int(training_state.iterations) * self.config.batch_size
+        """Env steps so far (of each run: seeds advance together)."""
+        return int(np.asarray(training_state.iterations).reshape(-1)[0]) * self.config.batch_size
 
 
 def _agent(env: ContextualEnv, config: PPOConfig) -> Agent:
@@ -77,12 +79,20 @@ def _normalizer_state(obs):
     return state.replace(std_eps=jnp.float32(state.std_eps))
 
 
-def make_train_space(env: ContextualEnv, config: PPOConfig) -> TrainSpace:
+def make_train_space(
+    env: ContextualEnv, config: PPOConfig, num_seeds: int | None = None
+) -> TrainSpace:
     """Builds and jits every training function once for `env` and `config`.
 
     Data parallelism: the envs are split over every device of `jax.devices()`
     (all hosts after `jax.distributed.initialize()`) with `shard_map`;
     gradients and observation statistics are averaged across devices.
+
+    `num_seeds`: None trains one run. An integer N trains N independent runs
+    in one compiled program (vmapped, as purejaxrl does): every state gets a
+    leading [N] seed axis, devices still split the envs, and `run_train`
+    returns one metrics dict per seed. Run k equals the single run started
+    from the k-th key (up to float rounding).
     """
     if not isinstance(env, ContextualEnv):
         raise ValueError(
@@ -90,6 +100,10 @@ def make_train_space(env: ContextualEnv, config: PPOConfig) -> TrainSpace:
         )
     if not isinstance(config, PPOConfig):
         raise ValueError(f"config must be a PPOConfig, got {type(config).__name__}")
+    if num_seeds is not None and (
+        not isinstance(num_seeds, int) or isinstance(num_seeds, bool) or num_seeds < 1
+    ):
+        raise ValueError(f"num_seeds must be None or an integer >= 1, got {num_seeds!r}")
     mesh = data_mesh()
     if config.num_envs % (mesh.size * config.num_minibatches):
         raise ValueError(
@@ -98,7 +112,6 @@ def make_train_space(env: ContextualEnv, config: PPOConfig) -> TrainSpace:
         )
     agent = _agent(env, config)
     optimizer = _optimizer(config)
-    replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P(AXIS))
 
     def init_training(key):
         shapes = jax.eval_shape(env.reset, key).obs
@@ -122,75 +135,112 @@ def make_train_space(env: ContextualEnv, config: PPOConfig) -> TrainSpace:
             key=jax.random.split(keys[0], config.num_envs),
         )
 
+    set_ranges = lambda es, ranges: es.replace(env=env.set_ranges(es.env, ranges))  # noqa: E731
+    iterate = iterate_fn(env, agent, config, optimizer)
+    envs = P(AXIS)
+    if num_seeds is not None:  # the seed axis leads; devices split the env axis after it
+        init_training, init_env, set_ranges = map(jax.vmap, (init_training, init_env, set_ranges))
+        iterate = jax.vmap(iterate, in_axes=(0, 0, None))
+        envs = P(None, AXIS)
     # Totals and losses are replicated after the psum; per-env sums stay sharded.
-    stats_spec = IterationStats(totals=P(), losses=P(), per_env=P(AXIS))
+    stats_spec = IterationStats(totals=P(), losses=P(), per_env=envs)
     iterate = jax.shard_map(
-        iterate_fn(env, agent, config, optimizer),
+        iterate,
         mesh=mesh,
-        in_specs=(P(), P(AXIS), P()),
-        out_specs=(P(), P(AXIS), stats_spec),
+        in_specs=(P(), envs, P()),
+        out_specs=(P(), envs, stats_spec),
         check_vma=False,
     )
+    replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, envs)
     return TrainSpace(
         env=env,
         config=config,
         agent=agent,
         mesh=mesh,
+        num_seeds=num_seeds,
         init_training=jax.jit(init_training, out_shardings=replicated),
         init_env=jax.jit(init_env, out_shardings=sharded),
-        set_ranges=jax.jit(
-            lambda es, ranges: es.replace(env=env.set_ranges(es.env, ranges)),
-            out_shardings=sharded,
-            donate_argnums=0,
-        ),
+        set_ranges=jax.jit(set_ranges, out_shardings=sharded, donate_argnums=0),
         iterate=jax.jit(iterate, donate_argnums=(0, 1)),
     )
 
 
-def _check_key(key, what: str) -> None:
+def seed_keys(seed: int, num_seeds: int | None = None) -> jax.Array:
+    """``jax.random.key(seed)``, or the keys of seeds seed, seed+1, ... stacked [num_seeds]."""
+    if num_seeds is None:
+        return jax.random.key(seed)
+    return jnp.stack([jax.random.key(seed + k) for k in range(num_seeds)])
+
+
+def select_seed(tree: Any, k: int) -> Any:
+    """Run k of a state with a leading seed axis (e.g. to build its policy)."""
+    return jax.tree.map(lambda x: x[k], tree)
+
+
+def _check_key(space: TrainSpace, key, what: str) -> None:
     if not (isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)):
         raise TypeError(f"{what} needs a typed PRNG key from jax.random.key(seed), got {key!r:.80}")
-    if key.shape != ():
-        raise ValueError(f"{what} needs a single key (shape ()), got shape {key.shape}")
+    shape = () if space.num_seeds is None else (space.num_seeds,)
+    if key.shape != shape:
+        raise ValueError(
+            f"{what} needs "
+            + ("a single key (shape ())" if not shape else f"one key per seed, shape {shape}")
+            + f", got shape {key.shape}"
+            + ("" if not shape else "; see ppo.seed_keys(seed, num_seeds)")
+        )
 
 
 def init_training_state(space: TrainSpace, key: jax.Array) -> TrainingState:
-    """Fresh parameters, optimizer state, observation statistics and counters."""
-    _check_key(key, "init_training_state")
+    """Fresh parameters, optimizer state, observation statistics and counters
+    (`key`: one key, or [num_seeds] keys for a space with a seed axis)."""
+    _check_key(space, key, "init_training_state")
     return space.init_training(key)
 
 
-def _per_env_ranges(space: TrainSpace, context: ContextSpace | None) -> ContextSpace:
-    """Validated ranges with a leading [num_envs] axis on every leaf (one signature)."""
+def _env_rows(space: TrainSpace, ranges: Any) -> ContextSpace:
+    """One run's validated ranges with a leading [num_envs] axis on every leaf."""
     env, n = space.env, space.config.num_envs
-    context = env.space if context is None else context
-    if not isinstance(context, ContextSpace):
-        raise ValueError(f"context must be a ContextSpace, got {type(context).__name__}")
-    base = [np.shape(x) for x in jax.tree.leaves(env.space)]
-    leaves = [np.asarray(x, np.float32) for x in jax.tree.leaves(context)]
-    if [x.shape for x in leaves] == base:
-        env.binding.check_ranges(context)
-        leaves = [np.broadcast_to(x, (n,) + x.shape) for x in leaves]
-    elif [x.shape for x in leaves] == [(n,) + s for s in base]:
-        rows = np.unique(
-            np.concatenate([x.reshape(n, -1) for x in leaves], 1), axis=0, return_index=True
-        )[1]
-        for i in rows:  # per-env ranges (ADR): validate each distinct row once
-            env.binding.check_ranges(jax.tree.map(lambda x, i=i: np.asarray(x)[i], context))
-    else:
+    ranges = env.space if ranges is None else ranges
+    if isinstance(ranges, PerEnv):
+        env.binding.check_ranges(ranges.ranges, (n,))
+        return jax.tree.map(lambda x: np.asarray(x, np.float32), ranges.ranges)
+    if not isinstance(ranges, ContextSpace):
         raise ValueError(
-            "context leaves must have the env space's shapes (shared ranges) or a leading "
-            f"num_envs={n} axis (per-env ranges); got {[x.shape for x in leaves]}, expected {base}"
+            "context must be a ContextSpace (shared ranges) or metarl.contexts.PerEnv "
+            f"(one row per env), got {type(ranges).__name__}"
         )
-    return jax.tree.unflatten(jax.tree.structure(env.space), leaves)
+    env.binding.check_ranges(ranges)
+    return jax.tree.map(
+        lambda x: np.broadcast_to(np.asarray(x, np.float32), (n,) + np.shape(x)), ranges
+    )
 
 
-def init_env_state(
-    space: TrainSpace, key: jax.Array, context: ContextSpace | None = None
-) -> EnvState:
-    """Batched env states (reset in contexts drawn from `context`), fresh carries, keys."""
-    _check_key(key, "init_env_state")
-    return space.init_env(key, _per_env_ranges(space, context))
+def _ranges_arg(space: TrainSpace, context: Any) -> ContextSpace:
+    """`context` as the compiled functions take it: [num_envs, ...] leaves, with
+    [num_seeds] in front for a space with a seed axis. A seeded space takes one
+    ranges object for every seed or a sequence of one per seed."""
+    if space.num_seeds is None:
+        return _env_rows(space, context)
+    if isinstance(context, list | tuple):
+        if len(context) != space.num_seeds:
+            raise ValueError(
+                f"context: got {len(context)} ranges for {space.num_seeds} seeds; give one per "
+                "seed, or one for all"
+            )
+        rows = [_env_rows(space, c) for c in context]
+    else:
+        rows = [_env_rows(space, context)] * space.num_seeds
+    return jax.tree.map(lambda *x: np.stack(x), *rows)
+
+
+def init_env_state(space: TrainSpace, key: jax.Array, context: Any = None) -> EnvState:
+    """Batched env states (reset in contexts drawn from `context`), fresh carries, keys.
+
+    `context`: shared ranges (a ContextSpace), `PerEnv` ranges, None for the
+    env's own space; with a seed axis also a sequence of those, one per seed.
+    """
+    _check_key(space, key, "init_env_state")
+    return space.init_env(key, _ranges_arg(space, context))
 
 
 def run_train(
@@ -198,16 +248,18 @@ def run_train(
     training_state: TrainingState,
     env_state: EnvState,
     num_steps: int,
-    context: ContextSpace | None = None,
+    context: Any = None,
     progress: Callable[[int, int], None] | None = None,
     chunks: int = 1,
-) -> tuple[TrainingState, EnvState, dict[str, Any]]:
+) -> tuple[TrainingState, EnvState, Any]:
     """Trains for at least `num_steps` env steps (whole iterations) without recompiling.
 
     Args:
-      context: new ranges (same names, kinds and shapes as the env's space, or
-        the same with a leading num_envs axis for per-env ranges); they apply
-        to every trial that starts from now on. None keeps the current ranges.
+      context: new ranges: a ContextSpace of the env space's names, kinds and
+        shapes (shared by all envs), or `metarl.contexts.PerEnv` (one row per
+        env, as ADR uses); with a seed axis also a sequence of those, one per
+        seed. They apply to every trial that starts from now on. None keeps
+        the current ranges.
       progress: called as progress(steps_done, steps_total) after each chunk.
       chunks: split the segment into this many calls of the compiled loop
         (for progress reporting); results do not depend on it.
@@ -217,11 +269,13 @@ def run_train(
       none), episodes, nonfinite_episodes, env_return_sum / env_episodes
       ([num_envs] per-env sums, for ADR), the mean PPO terms (policy_loss,
       value_loss, entropy, approx_kl, clip_fraction), env_steps (total so
-      far), segment_env_steps and env_steps_per_sec.
+      far), segment_env_steps and env_steps_per_sec (of the whole compiled
+      program: all seeds together). With a seed axis,
+      metrics is a list of such dicts, one per seed.
     """
     _check_run(space, training_state, env_state, num_steps)
     if context is not None:
-        env_state = space.set_ranges(env_state, _per_env_ranges(space, context))
+        env_state = space.set_ranges(env_state, _ranges_arg(space, context))
     batch = space.config.batch_size
     total = math.ceil(num_steps / batch)
     sizes = [len(c) for c in np.array_split(np.arange(total), min(max(1, chunks), total))]
@@ -236,7 +290,13 @@ def run_train(
             progress(done * batch, total * batch)
     sums = jax.device_get(sums)
     elapsed = time.perf_counter() - start
-    return training_state, env_state, _summarise(space, training_state, sums, total, elapsed)
+    if space.num_seeds is None:
+        return training_state, env_state, _summarise(space, training_state, sums, total, elapsed)
+    per_seed = [
+        _summarise(space, training_state, select_seed(sums, k), total, elapsed)
+        for k in range(space.num_seeds)
+    ]
+    return training_state, env_state, per_seed
 
 
 def _check_run(space: TrainSpace, ts, es, num_steps) -> None:
@@ -254,14 +314,15 @@ def _check_run(space: TrainSpace, ts, es, num_steps) -> None:
         raise TypeError(
             f"run_train: env_state must be an EnvState (init_env_state), got {type(es).__name__}"
         )
-    n = space.config.num_envs
-    if es.key.shape != (n,):
+    seeds = () if space.num_seeds is None else (space.num_seeds,)
+    if es.key.shape != seeds + (space.config.num_envs,):
         raise ValueError(
-            f"run_train: env_state holds {es.key.shape[0] if es.key.ndim else 0} envs but the "
-            f"train space has num_envs={n}: build it with init_env_state(space, ...)"
+            f"run_train: env_state has shape {es.key.shape} (seeds, envs) but the train space "
+            f"needs {seeds + (space.config.num_envs,)}: build it with init_env_state(space, ...)"
         )
-    expected = jax.tree.structure(jax.eval_shape(space.init_training, jax.random.key(0)))
-    if jax.tree.structure(ts) != expected:
+    expected = jax.eval_shape(space.init_training, seed_keys(0, space.num_seeds))
+    shapes = lambda t: [(x.shape, x.dtype) for x in jax.tree.leaves(t)]  # noqa: E731
+    if jax.tree.structure(ts) != jax.tree.structure(expected) or shapes(ts) != shapes(expected):
         raise ValueError(
             "run_train: training_state does not match this train space (another agent or "
             "config): build it with init_training_state(space, key)"
@@ -281,9 +342,23 @@ def _summarise(space, ts, sums: IterationStats, iterations, elapsed) -> dict[str
         **{k: float(v) / updates for k, v in sums.losses.items()},
         "env_steps": space.env_steps(ts),
         "segment_env_steps": iterations * space.config.batch_size,
-        "env_steps_per_sec": iterations * space.config.batch_size / elapsed,
+        "env_steps_per_sec": iterations
+        * space.config.batch_size
+        * (space.num_seeds or 1)
+        / elapsed,
     }
     return metrics
+
+
+def split_keys(keys: jax.Array, num: int) -> list[jax.Array]:
+    """`jax.random.split(key, num)` of one key, or of each key of a [num_seeds] stack
+    (so that run k of a seeded run derives its keys as the single run would)."""
+    parts = (
+        jax.random.split(keys, num)
+        if keys.shape == ()
+        else jax.vmap(lambda k: jax.random.split(k, num))(keys).swapaxes(0, 1)
+    )
+    return list(parts)
 
 
 def train(
@@ -292,16 +367,17 @@ def train(
     num_timesteps: int,
     *,
     segments: int = 10,
-    progress: Callable[[int, dict[str, Any]], None] | None = None,
-) -> tuple[TrainSpace, TrainingState, list[dict[str, Any]]]:
+    num_seeds: int | None = None,
+    progress: Callable[[int, Any], None] | None = None,
+) -> tuple[TrainSpace, TrainingState, list[Any]]:
     """Convenience: builds the space and trains in `segments` equal segments.
 
-    `progress(env_steps, metrics)` is called after each segment. Returns
-    (space, training_state, per-segment metrics).
+    Seeds ``config.seed, config.seed + 1, ...`` with `num_seeds` (one compiled
+    program). `progress(env_steps, metrics)` is called after each segment.
+    Returns (space, training_state, per-segment metrics).
     """
-    space = make_train_space(env, config)
-    key = jax.random.key(config.seed)
-    k_train, k_env = jax.random.split(key)
+    space = make_train_space(env, config, num_seeds)
+    k_train, k_env = split_keys(seed_keys(config.seed, num_seeds), 2)
     ts = init_training_state(space, k_train)
     es = init_env_state(space, k_env)
     history = []
@@ -310,5 +386,5 @@ def train(
         ts, es, metrics = run_train(space, ts, es, per_segment)
         history.append(metrics)
         if progress is not None:
-            progress(metrics["env_steps"], metrics)
+            progress(space.env_steps(ts), metrics)
     return space, ts, history

@@ -1,0 +1,174 @@
+"""metarl.experiment: run identity, bit-exact resume of every logged scalar, seeds
+as a batch axis, and a clean exit on Ctrl-C."""
+
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+import curricula
+from metarl import checkpoint, experiment
+from metarl import contexts as C
+from metarl.agents import ppo
+from metarl.envs import make_contextual
+from metarl.tensorboard import read_scalars
+from metarl.trees import to_numpy
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TARGET = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0), "mass": C.Scale(0.5, 2.0)})
+CONFIG = ppo.PPOConfig(
+    num_envs=16,
+    unroll_length=8,
+    num_minibatches=2,
+    core="gru",
+    hidden_size=8,
+    policy_hidden=(16,),
+    value_hidden=(16,),
+)
+STEPS = 256
+# Timing and the final hparams summary legitimately differ between two processes.
+UNTIMED = ("perf/", "train/env_steps_per_sec", "hparams/")
+
+
+@pytest.fixture(scope="module")
+def exp():
+    env = make_contextual("inverted_pendulum", TARGET, episode_length=50)
+    return experiment.Experiment(
+        env=env,
+        target=TARGET,
+        curriculum=curricula.LinearWidening(start=0.2, segments=2),
+        ppo=CONFIG,
+        eval=experiment.EvalConfig(contexts=2, episodes=1, heatmap_points=2),
+    )
+
+
+@pytest.fixture(scope="module")
+def compiled(exp):
+    return experiment.compile_experiment(exp)
+
+
+def _run(exp, compiled, logdir, segments, **kw):
+    kw = {"seed": 0, **kw}
+    return experiment.run(
+        exp,
+        logdir=logdir,
+        segments=segments,
+        steps_per_segment=STEPS,
+        compiled=compiled,
+        progress=False,
+        table=False,
+        **kw,
+    )
+
+
+def _timed_free(scalars):
+    return {k: v for k, v in scalars.items() if not k.startswith(UNTIMED)}
+
+
+def test_resumed_run_logs_exactly_what_an_uninterrupted_run_logs(exp, compiled, tmp_path):
+    whole = _run(exp, compiled, tmp_path / "whole", 3)
+    _run(exp, compiled, tmp_path / "parts", 2)  # then "killed" and rerun for 3 segments
+    parts = _run(exp, compiled, tmp_path / "parts", 3)
+    assert parts == whole
+    a = _timed_free(read_scalars(tmp_path / "whole"))
+    b = _timed_free(read_scalars(tmp_path / "parts"))
+    assert sorted(a) == sorted(b)
+    for tag in a:
+        assert a[tag] == b[tag], tag  # same steps, same values, no duplicates
+    assert [s for s, _ in a["eval/extrapolation_low/return"]] == [256, 512, 768]
+
+
+def test_a_restart_before_the_first_checkpoint_leaves_no_duplicate_points(exp, compiled, tmp_path):
+    logdir = tmp_path / "run"
+    _run(exp, compiled, logdir, 1)
+    shutil.rmtree(logdir / "checkpoints")  # as if killed during the first save
+    _run(exp, compiled, logdir, 2)
+    steps = [s for s, _ in read_scalars(logdir)["train/return"]]
+    assert steps == [256, 512]
+
+
+def test_a_rerun_with_another_config_refuses_and_names_the_fields(exp, compiled, tmp_path):
+    logdir = tmp_path / "run"
+    _run(exp, compiled, logdir, 1)
+    with pytest.raises(SystemExit, match=r"(?s)another config.*\bseed\b.*cannot be forced"):
+        _run(exp, compiled, logdir, 1, seed=1)
+    with pytest.raises(SystemExit, match="resume='never'"):
+        _run(exp, compiled, logdir, 1, resume="never")
+    changed = {"lr": 1.0}
+    _run(exp, compiled, tmp_path / "h", 1, hparams=changed)
+    with pytest.raises(SystemExit, match=r"(?s)lr: run has 1.0, now 2.0.*--resume force"):
+        _run(exp, compiled, tmp_path / "h", 1, hparams={"lr": 2.0})
+    rows = _run(exp, compiled, tmp_path / "h", 2, hparams={"lr": 2.0}, resume="force")
+    assert [r["segment"] for r in rows] == [1, 2]
+    rows = _run(exp, compiled, logdir, 2)  # more segments: the run is extended
+    assert [r["segment"] for r in rows] == [1, 2]
+    with pytest.raises(ValueError, match="resume must be one of"):
+        _run(exp, compiled, logdir, 2, resume="sometimes")
+
+
+def test_seed_k_of_a_batched_run_equals_the_single_run_with_that_seed(exp):
+    space1 = ppo.make_train_space(exp.env, CONFIG)
+    space3 = ppo.make_train_space(exp.env, CONFIG, num_seeds=3)
+    k_train, k_env = ppo.split_keys(ppo.seed_keys(5, 3), 2)
+    ts = ppo.init_training_state(space3, k_train)
+    es = ppo.init_env_state(space3, k_env, [TARGET.scaled(0.1 * (k + 1)) for k in range(3)])
+    ts, es, metrics = ppo.run_train(space3, ts, es, 2 * STEPS)
+    assert len(metrics) == 3
+    for k in range(3):
+        t1, e1 = ppo.split_keys(jax.random.key(5 + k), 2)
+        ts1 = ppo.init_training_state(space1, t1)
+        es1 = ppo.init_env_state(space1, e1, TARGET.scaled(0.1 * (k + 1)))
+        ts1, es1, m1 = ppo.run_train(space1, ts1, es1, 2 * STEPS)
+        for a, b in zip(
+            jax.tree.leaves(to_numpy(ppo.select_seed((ts, es), k))),
+            jax.tree.leaves(to_numpy((ts1, es1))),
+        ):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+        assert metrics[k]["episodes"] == m1["episodes"]
+        np.testing.assert_allclose(metrics[k]["episode_return"], m1["episode_return"], rtol=1e-4)
+    # The seeds really differ from one another.
+    params = to_numpy(ts.params)
+    assert not np.allclose(jax.tree.leaves(params)[0][0], jax.tree.leaves(params)[0][1])
+
+
+def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path):
+    rows = _run(exp, None, tmp_path, 1, num_seeds=2)
+    assert len(rows[0]["train"]) == 2
+    for name in ("seed_0", "seed_1"):
+        assert "eval/train/return" in read_scalars(tmp_path / name)
+    agg = read_scalars(tmp_path / "aggregate")
+    for suffix in ("", "/iqm", "/ci_low", "/ci_high"):
+        assert f"eval/extrapolation_high/return{suffix}" in agg
+    (_, low), (_, high) = agg["eval/train/return/ci_low"][0], agg["eval/train/return/ci_high"][0]
+    assert low <= min(rows[0]["train"]) + 1e-3 and high >= max(rows[0]["train"]) - 1e-3
+
+
+def test_ctrl_c_keeps_the_checkpoint_and_exits_without_a_traceback(tmp_path):
+    logdir = tmp_path / "run"
+    cmd = [sys.executable, str(ROOT / "experiments" / "quickstart.py"), "--logdir", str(logdir)]
+    cmd += ["--segments", "50", "--steps-per-segment", "4096", "--ppo.num-envs", "32"]
+    cmd += ["--eval.contexts", "2", "--eval.episodes", "1"]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    deadline = time.time() + 600
+    while checkpoint.latest_step(logdir / "checkpoints") is None:
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out[-2000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out
+    assert "Resume by rerunning the same command" in out
+    assert checkpoint.latest_step(logdir / "checkpoints") >= 1
