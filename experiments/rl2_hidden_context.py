@@ -1,7 +1,11 @@
 """MLP vs GRU (RL^2 inputs) on a task whose context is hidden: the puck's motor
-sign and strength, drawn per episode. Only an agent with memory can push,
-see which way the ball went and keep pushing that way. Same budget for both;
-evaluated in distribution, between the training gains and beyond them.
+sign and strength, drawn once per trial of 3 episodes. The agent observes the
+ball's position only, so an MLP cannot tell which way its push moves the ball;
+an agent that remembers its actions and rewards can, and keeps that knowledge
+for the trial's later episodes. Same budget for both; evaluated in
+distribution, between the training gains and beyond them, with the return of
+each episode of a trial logged (eval/<split>/episode_<i>/return): the
+adaptation curve.
 
     python experiments/rl2_hidden_context.py --logdir runs/rl2
 """
@@ -25,7 +29,8 @@ class Config(experiment.RunArgs):
     segments: int = 4
     steps_per_segment: int = 100_000
     seed: int = 0
-    episode_length: int = 50
+    episode_length: int = 30
+    episodes_per_trial: int = 3
     ppo: PPOConfig = PPOConfig(
         num_envs=256,
         unroll_length=25,
@@ -37,13 +42,19 @@ class Config(experiment.RunArgs):
         policy_hidden=(32,),
         value_hidden=(32,),
     )
-    eval: experiment.EvalConfig = experiment.EvalConfig(contexts=8, episodes=4)
+    eval: experiment.EvalConfig = experiment.EvalConfig(contexts=8, episodes=6)
 
 
 def main(cfg: Config) -> dict[str, list[dict]]:
     # Relative motor gain: the sign flips the push, the magnitude scales it.
     target = C.ContextSpace({"actuator_gain": C.Choice([-1.0, -0.5, 0.5, 1.0], relative=True)})
-    env = make_contextual("puck", target, episode_length=cfg.episode_length)
+    env = make_contextual(
+        "puck",
+        target,
+        episode_length=cfg.episode_length,
+        episodes_per_trial=cfg.episodes_per_trial,
+        velocity_in_obs=False,
+    )
     variants = {
         core: experiment.Experiment(
             env=env,

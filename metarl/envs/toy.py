@@ -36,9 +36,13 @@ XML = """
 
 
 class Puck(PipelineEnv):
-    """obs = (q, qd); reward = x velocity; never terminates."""
+    """obs = (q, qd), or q alone with ``velocity_in_obs=False``; reward = x velocity;
+    never terminates. Without velocities a feed-forward policy cannot tell which
+    way its push moved the ball; an agent that sees its previous action and
+    reward (RL^2) can."""
 
-    def __init__(self, backend: str = "generalized", **kwargs):
+    def __init__(self, backend: str = "generalized", velocity_in_obs: bool = True, **kwargs):
+        self._velocity_in_obs = velocity_in_obs
         sys = mjcf.loads(XML)
         super().__init__(sys=sys, backend=backend, n_frames=kwargs.pop("n_frames", 2), **kwargs)
 
@@ -58,7 +62,7 @@ class Puck(PipelineEnv):
         )
 
     def _obs(self, ps):
-        return jnp.concatenate([ps.q, ps.qd])
+        return jnp.concatenate([ps.q, ps.qd]) if self._velocity_in_obs else ps.q
 
 
 brax_envs.register_environment("puck", Puck)
