@@ -302,11 +302,13 @@ class TruncatedNormal(Distribution):
             )
 
     def sample(self, key, shape=()):
-        std = jnp.maximum(self.std, 1e-12)
-        z = jax.random.truncated_normal(
-            key, (self.low - self.mean) / std, (self.high - self.mean) / std, shape
+        mean, std, low, high = (
+            jnp.asarray(getattr(self, f), jnp.float32) for f in ("mean", "std", "low", "high")
         )
-        return jnp.clip(self.mean + std * z, self.low, self.high)
+        safe = jnp.maximum(std, 1e-30)
+        z = _truncated_standard_normal(key, (low - mean) / safe, (high - mean) / safe, shape)
+        value = jnp.where(std > 0, mean + std * z, mean)
+        return jnp.clip(value, low, high)
 
     def support(self):
         return np.asarray(self.low), np.asarray(self.high)
@@ -415,3 +417,42 @@ class Fixed(Distribution):
 def Scale(low: Any, high: Any, per_element: bool = False) -> Uniform:  # noqa: N802
     """Shorthand for ``Uniform(low, high, relative=True)``: a scale of the default."""
     return Uniform(low, high, relative=True, per_element=per_element)
+
+
+def _log_ndtr_inverse(log_p: jax.Array, steps: int = 4) -> jax.Array:
+    """z with log Phi(z) = log_p, accurate deep in the left tail (float32).
+
+    Starts from ndtri(exp(log_p)) where exp does not underflow, else from the
+    tail asymptote -sqrt(-2 log_p), then refines with Newton steps on log Phi,
+    whose derivative is phi(z) / Phi(z) = exp(log phi(z) - log Phi(z)).
+    """
+    tail = log_p < -60.0
+    start = jnp.where(
+        tail,
+        -jnp.sqrt(-2.0 * log_p),
+        jax.scipy.special.ndtri(jnp.exp(jnp.where(tail, -1.0, log_p))),
+    )
+
+    def newton(z, _):
+        log_phi = -0.5 * z * z - 0.5 * jnp.log(2 * jnp.pi)
+        slope = jnp.exp(log_phi - jax.scipy.special.log_ndtr(z))
+        return z - (jax.scipy.special.log_ndtr(z) - log_p) / slope, None
+
+    return jax.lax.scan(newton, start, None, length=steps)[0]
+
+
+def _truncated_standard_normal(key, a, b, shape) -> jax.Array:
+    """Samples of N(0, 1) conditioned on [a, b] by inverse-CDF in log space.
+
+    An interval in the right tail is reflected into the left one, where
+    log Phi is accurate; so an interval many sigma from the mean samples as
+    well as one around it (jax.random.truncated_normal collapses there).
+    """
+    flip = a > 0
+    lo, hi = jnp.where(flip, -b, a), jnp.where(flip, -a, b)
+    u = jax.random.uniform(key, shape, jnp.float32, minval=1e-7, maxval=1.0 - 1e-7)
+    log_lo, log_hi = jax.scipy.special.log_ndtr(lo), jax.scipy.special.log_ndtr(hi)
+    # log((1 - u) Phi(lo) + u Phi(hi)), stable for tiny Phi values
+    log_p = jnp.logaddexp(jnp.log1p(-u) + log_lo, jnp.log(u) + log_hi)
+    z = jnp.clip(_log_ndtr_inverse(log_p), lo, hi)
+    return jnp.where(flip, -z, z)

@@ -1,0 +1,80 @@
+"""Every context distribution samples what it says: means and quantiles against scipy."""
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from metarl import contexts as C
+
+N = 20_000
+_sample = jax.jit(lambda dist, key: dist.sample(key, (N,)))
+
+
+def _draw(dist, seed=0):
+    x = np.asarray(_sample(dist, jax.random.key(seed)), np.float64)
+    assert x.shape == (N,) and np.isfinite(x).all()
+    return x
+
+
+def _close_to(x, ref, width):
+    """Mean and 10/50/90% quantiles match the reference within a few standard errors."""
+    tol = 5 * width / np.sqrt(N) + 1e-5 * (1 + abs(ref.mean()))
+    np.testing.assert_allclose(x.mean(), ref.mean(), atol=tol)
+    np.testing.assert_allclose(
+        np.quantile(x, [0.1, 0.5, 0.9]), ref.ppf([0.1, 0.5, 0.9]), atol=3 * tol
+    )
+
+
+@pytest.mark.parametrize(
+    "mean, std, low, high",
+    [(2.0, 0.1, 0.0, 1.0), (0.0, 0.1, 0.6, 1.0), (1.5, 0.1, 0.0, 1.0), (0.0, 1.0, -50.0, -40.0)],
+    ids=["interval-10-sigma-below", "interval-6-sigma-above", "5-sigma-below", "far-left-tail"],
+)
+def test_truncated_normal_far_from_its_mean_samples_the_right_end(mean, std, low, high):
+    x = _draw(C.TruncatedNormal(mean, std, low, high))
+    assert low <= x.min() and x.max() <= high
+    ref = stats.truncnorm((low - mean) / std, (high - mean) / std, loc=mean, scale=std)
+    _close_to(x, ref, min(std, high - low))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    mean=st.floats(-5, 5),
+    std=st.floats(0.05, 3),
+    a=st.floats(-12, 12),
+    width=st.floats(0.05, 6),
+)
+def test_truncated_normal_matches_scipy_for_any_interval(mean, std, a, width):
+    low, high = mean + a * std, mean + (a + width) * std
+    x = _draw(C.TruncatedNormal(mean, std, low, high))
+    ref = stats.truncnorm(a, a + width, loc=mean, scale=std)
+    _close_to(x, ref, min(std, high - low))
+
+
+@pytest.mark.parametrize(
+    "dist, ref, width",
+    [
+        (C.Uniform(-2.0, 3.0), stats.uniform(-2.0, 5.0), 5.0),
+        (C.LogUniform(0.01, 10.0), stats.loguniform(0.01, 10.0), 10.0),
+        (C.Normal(1.0, 0.5), stats.norm(1.0, 0.5), 0.5),
+        (C.TruncatedNormal(0.0, 1.0, -1.0, 2.0), stats.truncnorm(-1.0, 2.0), 1.0),
+        (C.Scale(0.5, 2.0), stats.uniform(0.5, 1.5), 1.5),
+    ],
+    ids=["uniform", "loguniform", "normal", "truncated-normal", "scale"],
+)
+def test_continuous_distributions_match_scipy(dist, ref, width):
+    _close_to(_draw(dist), ref, width)
+
+
+def test_choice_matches_its_probabilities():
+    values, probs = [0.5, 1.0, 3.0], [0.2, 0.5, 0.3]
+    x = _draw(C.Choice(values, probs))
+    freq = [np.mean(x == v) for v in values]
+    np.testing.assert_allclose(freq, probs, atol=5 * np.sqrt(0.25 / N))
+
+
+def test_fixed_is_exactly_its_value():
+    assert set(_draw(C.Fixed(4.0))) == {4.0}
