@@ -6,17 +6,24 @@ checkpoint.save("runs/a/ckpt", step, state, keep=3)   # returns once fully writt
 state = checkpoint.restore("runs/a/ckpt", like=state)  # latest complete step
 ```
 
-A state is saved as its flat list of leaves (plus each leaf's key path, shape and dtype)
-and restored into the treedef of `like`, so custom nodes with static aux data (ContextSpace
-names, distribution flags) come back as themselves. Orbax writes a step to a temporary
-directory renamed when complete; old steps are renamed aside, then deleted. A process
-killed at any point thus leaves every listed step complete and restorable.
+A state is saved as its flat list of leaves (plus each leaf's key path, shape and dtype,
+and the tree structure with its static data) and restored into the treedef of `like`, so
+custom nodes with static aux data (ContextSpace names, distribution flags) come back as
+themselves; a `like` of another structure or other flags is refused. Orbax writes a step
+to a temporary directory renamed when complete; old steps are renamed aside, then
+deleted. A process killed at any point thus leaves every listed step complete.
+
+A step damaged on disk afterwards (truncated, zeroed or garbled files) is reported by
+`restore` with a warning naming it, moved aside to ``damaged-<step>`` (kept, never
+deleted) and the newest intact step is restored instead.
 """
 
 from __future__ import annotations
 
+import hashlib
 import pathlib
 import shutil
+import warnings
 
 import jax
 import numpy as np
@@ -25,6 +32,11 @@ import orbax.checkpoint as ocp
 from metarl.trees import is_key
 
 _TRASH = "_deleted"  # steps past `keep` are renamed in here (atomic), then removed
+_DAMAGED = "damaged-"  # a damaged step is renamed to damaged-<step> and kept
+
+
+class CheckpointError(ValueError):
+    """No checkpoint could be restored; the message lists each step and why."""
 
 
 def _manager(directory: pathlib.Path, keep: int | None = None) -> ocp.CheckpointManager:
@@ -42,6 +54,19 @@ def _manager(directory: pathlib.Path, keep: int | None = None) -> ocp.Checkpoint
         enable_async_checkpointing=False,
     )
     return ocp.CheckpointManager(directory, options=options, handler_registry=handlers)
+
+
+def _digest(leaves) -> str:
+    """SHA-256 of the leaves' bytes: a step whose data changed on disk is caught."""
+    h = hashlib.sha256()
+    for x in leaves:
+        h.update(np.ascontiguousarray(np.asarray(x)).tobytes())
+    return h.hexdigest()
+
+
+def _structure(treedef: jax.tree_util.PyTreeDef) -> str:
+    """The tree structure with its static data (names, distribution flags) as text."""
+    return str(treedef)
 
 
 def _flatten(tree) -> tuple[list[list], list, jax.tree_util.PyTreeDef]:
@@ -81,17 +106,24 @@ def save(directory, step: int, state, *, keep: int = 3) -> pathlib.Path:
     deleting all but the last `keep` steps. Raises ValueError if `step` exists.
     """
     directory = pathlib.Path(directory).absolute()
-    if keep < 1:
-        raise ValueError(f"keep must be >= 1, got {keep}")
+    if not isinstance(step, int | np.integer) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"checkpoint step must be an integer >= 0, got {step!r}")
+    if not isinstance(keep, int | np.integer) or isinstance(keep, bool) or keep < 1:
+        raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
     if step in all_steps(directory):
         raise ValueError(f"checkpoint step {step} already exists in {directory}; not overwritten")
-    described, leaves, _ = _flatten(state)
+    described, leaves, treedef = _flatten(state)
     items = {str(i): x for i, x in enumerate(leaves) if np.size(x)}  # orbax refuses size 0
     if not items:
         raise ValueError("nothing to save: `state` has no leaf with at least one element")
     _empty_trash(directory)  # left by a process killed while deleting old steps
     with _manager(directory, keep) as mngr:  # synchronous: returns once renamed into place
-        args, meta = ocp.args.StandardSave(items), {"leaves": described}
+        args = ocp.args.StandardSave(items)
+        meta = {
+            "leaves": described,
+            "structure": _structure(treedef),
+            "sha256": _digest(jax.device_get(leaves)),
+        }
         saved = mngr.save(step, args=args, custom_metadata=meta, force=True)
         mngr.wait_until_finished()
     if not saved:
@@ -101,30 +133,94 @@ def save(directory, step: int, state, *, keep: int = 3) -> pathlib.Path:
 
 
 def restore(directory, like, step: int | None = None):
-    """Checkpoint `step` (the latest complete one if None) as a pytree shaped like `like`.
+    """Checkpoint `step` (the newest intact one if None) as a pytree shaped like `like`.
 
     `like` (e.g. a freshly initialised state; concrete values, not ShapeDtypeStructs)
     gives the structure, dtypes, shapes and the shardings of its jax arrays (numpy
-    leaves come back as numpy). Raises FileNotFoundError if the checkpoint does not
-    exist, ValueError if it does not match `like`.
+    leaves come back as numpy). Raises FileNotFoundError if there is no checkpoint (or
+    not that step), ValueError if it does not match `like`. With step=None a damaged
+    newest step is reported with a warning, moved aside to ``damaged-<step>``, and the
+    next older step is tried; `CheckpointError` if none is intact. An explicit `step`
+    that is damaged raises `CheckpointError`.
     """
     directory = pathlib.Path(directory).absolute()
     steps = all_steps(directory)
     if not steps or (step is not None and step not in steps):
         what = "checkpoint" if step is None else f"checkpoint step {step}"
         raise FileNotFoundError(f"no {what} in {directory}; available steps: {steps}")
-    step = steps[-1] if step is None else step
-    described, flat, treedef = _flatten(like)
-    with _manager(directory) as mngr:
-        saved = (mngr.metadata(step).custom_metadata or {}).get("leaves")
-        if saved != described:
-            raise ValueError(
-                f"step {step} in {directory} does not match `like`: {_diff(saved, described)}"
+    if step is not None:
+        try:
+            return _restore_step(directory, like, step)
+        except _DamagedError as e:
+            raise CheckpointError(
+                f"checkpoint step {step} in {directory} is damaged: {e}"
+            ) from None
+    failures = []
+    for candidate in reversed(steps):
+        try:
+            return _restore_step(directory, like, candidate)
+        except _DamagedError as e:
+            failures.append(f"step {candidate}: {e}")
+            aside = directory / f"{_DAMAGED}{candidate}"
+            if jax.process_index() == 0 and not aside.exists():
+                (directory / str(candidate)).rename(aside)
+            warnings.warn(
+                f"checkpoint step {candidate} in {directory} is damaged ({e}); moved aside to "
+                f"{aside.name}, trying the next older step",
+                RuntimeWarning,
+                stacklevel=2,
             )
-        target = {str(i): _abstract(x) for i, x in enumerate(flat) if np.size(x)}
-        restored = mngr.restore(step, args=ocp.args.StandardRestore(target))
+    raise CheckpointError(
+        f"no intact checkpoint in {directory}:\n" + "\n".join(f"  {f}" for f in failures)
+    )
+
+
+class _DamagedError(Exception):
+    """A step whose files cannot be read back."""
+
+
+def _restore_step(directory: pathlib.Path, like, step: int):
+    described, flat, treedef = _flatten(like)
+    try:
+        with _manager(directory) as mngr:
+            meta = mngr.metadata(step).custom_metadata or {}
+            saved = meta.get("leaves")
+            structure = meta.get("structure")
+            digest = meta.get("sha256")
+    except Exception as e:  # noqa: BLE001 - any unreadable metadata is damage
+        raise _DamagedError(f"{_files(directory / str(step))}: {type(e).__name__}: {e}") from e
+    if saved is None:
+        raise _DamagedError(
+            f"{directory / str(step)} has no leaf description (damaged, or not written by "
+            "metarl.checkpoint.save)"
+        )
+    if saved != described:
+        raise ValueError(
+            f"step {step} in {directory} does not match `like`: {_diff(saved, described)}"
+        )
+    if structure is not None and structure != _structure(treedef):
+        raise ValueError(
+            f"step {step} in {directory} does not match `like`: its tree structure or static "
+            f"data (names, distribution flags) differ:\n  saved: {structure}\n  like:  "
+            f"{_structure(treedef)}"
+        )
+    target = {str(i): _abstract(x) for i, x in enumerate(flat) if np.size(x)}
+    try:
+        with _manager(directory) as mngr:
+            restored = mngr.restore(step, args=ocp.args.StandardRestore(target))
+    except Exception as e:  # noqa: BLE001 - tensorstore DATA_LOSS, decode errors, ...
+        raise _DamagedError(f"{_files(directory / str(step))}: {type(e).__name__}: {e}") from e
+    raw = [restored[str(i)] if np.size(x) else x for i, x in enumerate(flat)]
+    if digest is not None and _digest(jax.device_get(raw)) != digest:
+        raise _DamagedError(
+            f"{_files(directory / str(step))}: the data does not match its checksum"
+        )
     leaves = [_like(x, restored.get(str(i))) for i, x in enumerate(jax.tree_util.tree_leaves(like))]
     return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _files(step_dir: pathlib.Path) -> str:
+    return f"files under {step_dir}"
 
 
 def _abstract(x) -> jax.ShapeDtypeStruct:

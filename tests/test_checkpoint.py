@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 
 import flax
 import jax
@@ -214,3 +215,72 @@ def test_errors_are_clear(tmp_path):
     for like in bad_likes:
         with pytest.raises(ValueError, match="does not match"):
             ckpt.restore(tmp_path, like)
+
+
+def test_restore_refuses_other_distribution_flags_and_bad_steps(tmp_path):
+    state = {"space": C.ContextSpace({"gravity": C.Uniform(1.0, 2.0)})}
+    ckpt.save(tmp_path, 1, state)
+    for flags in ({"relative": True}, {"per_element": True}):
+        like = {"space": C.ContextSpace({"gravity": C.Uniform(1.0, 2.0, **flags)})}
+        with pytest.raises(ValueError, match="static data"):
+            ckpt.restore(tmp_path, like)
+    for step in (-1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="step must be an integer >= 0"):
+            ckpt.save(tmp_path, step, state)
+
+
+def _damage(path: pathlib.Path, how: str) -> None:
+    data = path.read_bytes()
+    if how == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "zero":
+        path.write_bytes(bytes(len(data)))
+    else:  # garble: flip bytes through the whole file
+        garbled = bytearray(data)
+        for i in range(0, len(garbled), max(1, len(garbled) // 64)):
+            garbled[i] ^= 0xA5
+        path.write_bytes(bytes(garbled))
+
+
+def test_a_damaged_latest_step_falls_back_to_the_newest_intact_one(tmp_path):
+    good, newest = make_state(1), make_state(2)
+    source = tmp_path / "source"
+    ckpt.save(source, 1, good)
+    ckpt.save(source, 2, newest)
+    files = sorted(p.relative_to(source / "2") for p in (source / "2").rglob("*") if p.is_file())
+    assert len(files) >= 3
+    cases = 0
+    for rel in files:
+        for how in ("truncate", "zero", "garble"):
+            if (source / "2" / rel).stat().st_size == 0:
+                continue
+            run = tmp_path / f"{how}-{rel}".replace("/", "_")
+            shutil.copytree(source, run)
+            _damage(run / "2" / rel, how)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                out = ckpt.restore(run, make_state(0))
+            damaged = [w for w in caught if "step 2" in str(w.message)]
+            # Either the damage spared every byte of the data (a file restore does not
+            # read; the data's checksum proves it) or the step is refused and step 1,
+            # the newest intact one, comes back.
+            expected = good if damaged else newest
+            for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(expected), strict=True):
+                assert_bit_equal(a, b)
+            if not damaged:
+                continue
+            assert "is damaged" in str(damaged[0].message)
+            assert ckpt.all_steps(run) == [1]  # moved aside, not deleted
+            assert (run / "damaged-2" / rel).exists()
+            with pytest.raises(ckpt.CheckpointError, match="no intact checkpoint"):
+                _damage_all_and_restore(run)
+            cases += 1
+    assert cases >= 15  # metadata, sharding, manifest and data files, three ways each
+
+
+def _damage_all_and_restore(run: pathlib.Path):
+    for path in (run / "1").rglob("*"):
+        if path.is_file() and path.stat().st_size:
+            _damage(path, "zero")
+    with pytest.warns(RuntimeWarning):
+        ckpt.restore(run, make_state(0))
