@@ -460,6 +460,8 @@ class Run:
         scalars = {}
         for name in summaries[0]:
             scores = np.asarray([s[name] for s in summaries])
+            if name in results[0]["held"]:  # [seeds, contexts]: contexts are the strata
+                scores = np.stack([r["held"][name].mean for r in results])
             tag = "eval/generalization_gap" if name.endswith("gap") else f"eval/{name}/return"
             if name == "interpolation_gap":
                 tag = "eval/interpolation_gap"

@@ -162,6 +162,8 @@ def test_checkpoint_resume_is_bit_exact(tmp_path):
 class DiscretePuck(Puck):
     """Three actions: push left, nothing, push right."""
 
+    discrete_actions = True
+
     @property
     def action_size(self):
         return 3

@@ -110,6 +110,15 @@ class Distribution:
             if not np.all(np.isfinite(np.asarray(value))):
                 raise ValueError(f"{type(self).__name__}.{name} must be finite, got {value}")
             object.__setattr__(self, name, value)
+        if not isinstance(self, Choice):
+            shapes = {f: np.shape(getattr(self, f)) for f in self._numeric}
+            try:
+                np.broadcast_shapes(*shapes.values())
+            except ValueError:
+                raise ValueError(
+                    f"{type(self).__name__}: parameter shapes {shapes} do not broadcast together; "
+                    "give scalars or arrays of one shape (one value per element)"
+                ) from None
         self._check()
 
     # -- to implement per distribution --

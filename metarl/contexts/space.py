@@ -383,22 +383,89 @@ def _check_values(e: _Entry, dist: Distribution) -> None:
                 f"does not fit the field (element shape {e.shape}); expected {what}"
                 + ("" if dist.per_element else "; pass per_element=True for per-element values")
             )
-    if not isinstance(e.target, Quantity):
-        return
-    q = e.target
-    if q.lower is None:
+    if isinstance(e.target, Quantity):
+        lower, strict, units = e.target.lower, e.target.strict, e.target.units
+    else:
+        lower, strict = RAW_LIMITS.get(e.target.field, (None, False))
+        units = "System units"
+    if lower is None:
         return
     low, _ = dist.support()
     worst = float(np.min(low))
-    bad = worst <= q.lower if q.strict else worst < q.lower
+    bad = worst <= lower if strict else worst < lower
     if bad:
-        op = ">" if q.strict else ">="
-        unit = "scale factors" if dist.relative else f"values ({q.units})"
+        op = ">" if strict else ">="
+        unit = "scale factors" if dist.relative else f"values ({units})"
         raise ValueError(
             f"context {e.name!r}: {type(dist).__name__} can produce {worst:g}, but {e.name} "
-            f"{unit} must be {op} {q.lower:g}. Use bounds that keep it physical "
+            f"{unit} must be {op} {lower:g}. Use bounds that keep it physical "
             "(Uniform, LogUniform or TruncatedNormal instead of Normal)"
         )
+
+
+# Physical limits of raw System fields: (lower bound, strict). Same limits as the
+# canonical quantities that write these fields.
+RAW_LIMITS = {
+    **dict.fromkeys(
+        ("link.inertia.mass", "body_mass", "opt.timestep", "geom_size", "geom_rbound"), (0.0, True)
+    ),
+    **dict.fromkeys(
+        (
+            "geom_friction",
+            "pair_friction",
+            "dof.damping",
+            "dof_damping",
+            "dof.armature",
+            "dof_armature",
+            "dof.stiffness",
+            "jnt_stiffness",
+            "dof_frictionloss",
+            "opt.viscosity",
+            "opt.density",
+            "elasticity",
+        ),
+        (0.0, False),
+    ),
+}
+
+
+def _written(e: _Entry, sys: System) -> dict[str, np.ndarray]:
+    """{System leaf path: mask of the elements entry `e` writes}, found by writing a
+    perturbed value and comparing (quantities write several copies and derived fields)."""
+    probe = np.full(e.draw_shape, 1.37 if e.relative else 0.0, np.float32)
+    if not e.relative:
+        probe = np.asarray(e.default * 1.37 + 0.71, np.float32).reshape(e.shape)
+        probe = probe if e.per_element else probe.reshape(-1)[:1].reshape(())
+    after = e.write(sys, jnp.asarray(probe))
+    before = dict(jax.tree_util.tree_flatten_with_path(sys)[0])
+    out = {}
+    for path, new in jax.tree_util.tree_flatten_with_path(after)[0]:
+        old = before.get(path)
+        if old is None or not hasattr(new, "shape") or np.shape(old) != np.shape(new):
+            continue
+        mask = np.asarray(old) != np.asarray(new)
+        if mask.any():
+            out[jax.tree_util.keystr(path)] = mask
+    return out
+
+
+def _check_overlaps(entries: list[_Entry], sys: System) -> None:
+    """A raw path that writes the same elements of a System field as another name
+    would fight with it (one overwrites the other): refuse. Canonical quantities are
+    designed to compose (mass and inertia both scale the inertia tensor)."""
+    seen: dict[str, list[tuple[_Entry, np.ndarray]]] = {}
+    for e in entries:
+        for field, mask in _written(e, sys).items():
+            for other, other_mask in seen.get(field, []):
+                both_canonical = isinstance(e.target, Quantity) and isinstance(
+                    other.target, Quantity
+                )
+                if not both_canonical and np.any(mask & other_mask):
+                    raise ValueError(
+                        f"contexts {other.name!r} and {e.name!r} both write System field "
+                        f"{field.lstrip('.')} (the same elements): keep one of them"
+                    )
+            seen.setdefault(field, []).append((e, mask))
 
 
 def bind(space: ContextSpace, sys: System, backend: str) -> Binding:
@@ -433,4 +500,6 @@ def bind(space: ContextSpace, sys: System, backend: str) -> Binding:
         )
         _check_values(entry, dist)
         entries.append(entry)
+    if len(entries) > 1:
+        _check_overlaps(entries, sys)
     return Binding(space=space, backend=backend, sys=sys, entries=tuple(entries))

@@ -19,11 +19,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from brax import envs as brax_envs
 from brax.envs.base import Env, PipelineEnv, State
 from flax import struct
 
-from metarl.contexts import Binding, Context, ContextSpace, bind
+from metarl.contexts import BACKENDS, Binding, Context, ContextSpace, bind
 from metarl.envs.autoreset import where_done
 
 CONTEXT = "context"  # state.info key: {name: sampled value}
@@ -121,7 +122,14 @@ class ContextualEnv(Env):
 
     def reset(self, rng: jax.Array, ranges: ContextSpace | None = None) -> State:
         """A fresh state in a context drawn from `ranges` (default: the env's space)."""
-        ranges = self.space if ranges is None else ranges
+        if not hasattr(rng, "dtype"):
+            raise TypeError(
+                f"reset needs a PRNG key (jax.random.key(seed)), got {type(rng).__name__} {rng!r}"
+            )
+        if ranges is None:
+            ranges = self.space
+        elif all(not isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(ranges)):
+            ranges = self.binding.check_ranges(ranges)  # concrete: validate as set_ranges does
         key = (
             rng
             if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
@@ -147,7 +155,20 @@ class ContextualEnv(Env):
         info = {**first.info, CONTEXT: context, TRIAL: trial}
         return _strong(State(first.pipeline_state, obs, zero, zero, first.metrics, info))
 
+    @property
+    def discrete_actions(self) -> bool:
+        """True if the wrapped env takes an int action index (it sets
+        ``discrete_actions = True``), False for a float action vector."""
+        return bool(getattr(self._env, "discrete_actions", False))
+
     def step(self, state: State, action: jax.Array) -> State:
+        expected = () if self.discrete_actions else (self.action_size,)
+        if np.shape(action) != expected:
+            raise ValueError(
+                f"step: action of shape {np.shape(action)} for one env; expected {expected} "
+                + ("(an action index)" if self.discrete_actions else f"({self.action_size} floats)")
+                + "; batch envs with jax.vmap(env.step)"
+            )
         trial: TrialInfo = state.info[TRIAL]
         context = state.info[CONTEXT]
         nstate = self._call(self._env.step, context, state, action)
@@ -256,6 +277,8 @@ def make_contextual(
       reset_chunk: under vmap, fraction of the batch reset per loop trip.
       **env_kwargs: passed to the Brax env constructor.
     """
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: backend should be in {', '.join(BACKENDS)}")
     if isinstance(env, str):
         known = sorted(brax_envs._envs)  # noqa: SLF001 - Brax has no public listing
         if env not in known:

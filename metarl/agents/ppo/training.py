@@ -104,6 +104,13 @@ def make_train_space(
         not isinstance(num_seeds, int) or isinstance(num_seeds, bool) or num_seeds < 1
     ):
         raise ValueError(f"num_seeds must be None or an integer >= 1, got {num_seeds!r}")
+    discrete = config.action_distribution == "categorical"
+    if discrete != env.discrete_actions:
+        raise ValueError(
+            f"action_distribution={config.action_distribution!r} does not fit this env, whose "
+            f"actions are {'indices' if env.discrete_actions else 'float vectors'}: use "
+            f"{'categorical' if env.discrete_actions else 'tanh_normal'}"
+        )
     mesh = data_mesh()
     if config.num_envs % (mesh.size * config.num_minibatches):
         raise ValueError(
@@ -317,8 +324,10 @@ def _check_run(space: TrainSpace, ts, es, num_steps) -> None:
     seeds = () if space.num_seeds is None else (space.num_seeds,)
     if es.key.shape != seeds + (space.config.num_envs,):
         raise ValueError(
-            f"run_train: env_state has shape {es.key.shape} (seeds, envs) but the train space "
-            f"needs {seeds + (space.config.num_envs,)}: build it with init_env_state(space, ...)"
+            f"run_train: env_state has batch shape {es.key.shape} but the train space has "
+            f"num_envs={space.config.num_envs}"
+            + (f" and num_seeds={space.num_seeds}" if seeds else "")
+            + ": build it with init_env_state(space, ...)"
         )
     expected = jax.eval_shape(space.init_training, seed_keys(0, space.num_seeds))
     shapes = lambda t: [(x.shape, x.dtype) for x in jax.tree.leaves(t)]  # noqa: E731

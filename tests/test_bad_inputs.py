@@ -1,0 +1,375 @@
+"""Bad inputs, one row each: every one gets a clear TypeError or ValueError naming the
+problem, raised before anything compiles."""
+
+import functools
+import math
+
+import jax
+import numpy as np
+import pytest
+
+import curricula
+from metarl import checkpoint, experiment
+from metarl import contexts as C
+from metarl import evaluation as E
+from metarl.agents import ppo
+from metarl.envs import make_contextual
+from metarl.envs.toy import Puck
+from metarl.tensorboard import RunLogger
+
+G = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)})
+SMALL = {"num_envs": 8, "num_minibatches": 2, "unroll_length": 4}
+
+
+@functools.cache
+def env():
+    return make_contextual(Puck(), G, episode_length=20)
+
+
+@functools.cache
+def space(**overrides):
+    return ppo.make_train_space(env(), ppo.PPOConfig(**{**SMALL, **overrides}))
+
+
+@functools.cache
+def states():
+    s = space()
+    return ppo.init_training_state(s, jax.random.key(0)), ppo.init_env_state(s, jax.random.key(1))
+
+
+def config(**kw):
+    return lambda: ppo.PPOConfig(**kw)
+
+
+def run_train(num_steps=64, **kw):
+    def go():
+        ts, es = states()
+        return ppo.run_train(
+            kw.pop("space", space()), kw.pop("ts", ts), kw.pop("es", es), num_steps, **kw
+        )
+
+    return go
+
+
+def other_size_state():
+    other = ppo.make_train_space(env(), ppo.PPOConfig(**{**SMALL, "num_envs": 16}))
+    return ppo.init_env_state(other, jax.random.key(2))
+
+
+def other_config_state():
+    other = ppo.make_train_space(env(), ppo.PPOConfig(**SMALL, policy_hidden=(8,)))
+    return ppo.init_training_state(other, jax.random.key(2))
+
+
+def bind(spec, name="inverted_pendulum", **kw):
+    return lambda: make_contextual(name, C.ContextSpace(spec), **kw)
+
+
+FLOATS = [
+    "learning_rate",
+    "entropy_cost",
+    "discounting",
+    "gae_lambda",
+    "clipping_epsilon",
+    "max_grad_norm",
+    "value_loss_coef",
+    "reward_scaling",
+]
+INTS = ["num_envs", "unroll_length", "num_minibatches", "num_updates_per_batch", "hidden_size"]
+
+ROWS = [
+    # -- PPOConfig: types and finiteness of every field --
+    *[(f"{f}=nan", config(**{f: math.nan}), ValueError, f"{f} must be finite") for f in FLOATS],
+    *[(f"{f}=inf", config(**{f: math.inf}), ValueError, f"{f} must be finite") for f in FLOATS],
+    *[(f"{f}=str", config(**{f: "3e-4"}), TypeError, f"{f} must be a number") for f in FLOATS],
+    *[(f"{f}=0", config(**{f: 0}), ValueError, f"{f} must be an integer >= 1") for f in INTS],
+    *[(f"{f}=-3", config(**{f: -3}), ValueError, f"{f} must be an integer >= 1") for f in INTS],
+    *[(f"{f}=2.5", config(**{f: 2.5}), TypeError, f"{f} must be an int") for f in INTS],
+    *[(f"{f}=str", config(**{f: "8"}), TypeError, f"{f} must be an int") for f in INTS],
+    *[
+        (f"{f}={v!r}", config(**{f: v}), TypeError, f"{f} must be True or False")
+        for f in ("normalize_observations", "rl2_inputs", "reset_every_episode")
+        for v in ("yes", 1)
+    ],
+    ("seed=abc", config(seed="abc"), TypeError, "seed must be an int"),
+    ("seed=1.5", config(seed=1.5), TypeError, "seed must be an int"),
+    *[
+        (f"{f}={v!r}", config(**{f: v}), err, msg)
+        for f in ("policy_hidden", "value_hidden")
+        for v, err, msg in (
+            (64, TypeError, "tuple of layer sizes"),
+            ((0,), ValueError, "every layer size must be >= 1"),
+            ((-4,), ValueError, "every layer size must be >= 1"),
+            (("a",), TypeError, "tuple of layer sizes"),
+        )
+    ],
+    ("core=rnn", config(core="rnn"), ValueError, "core must be one of"),
+    ("core=None", config(core=None), TypeError, "core must be a string"),
+    ("distribution", config(action_distribution="gaussian"), ValueError, "must be one of"),
+    ("returns_span", config(returns_span="forever"), ValueError, "returns_span must be one of"),
+    ("indivisible", config(num_envs=10, num_minibatches=4), ValueError, "divisible"),
+    ("discounting=0", config(discounting=0.0), ValueError, "0 < discounting <= 1"),
+    ("discounting=1.5", config(discounting=1.5), ValueError, "0 < discounting <= 1"),
+    ("gae_lambda=-0.1", config(gae_lambda=-0.1), ValueError, "gae_lambda"),
+    ("gae_lambda=2", config(gae_lambda=2.0), ValueError, "gae_lambda"),
+    ("learning_rate=0", config(learning_rate=0.0), ValueError, "learning_rate must be > 0"),
+    ("learning_rate<0", config(learning_rate=-1e-3), ValueError, "learning_rate must be > 0"),
+    ("clipping=0", config(clipping_epsilon=0.0), ValueError, "clipping_epsilon must be > 0"),
+    ("reward_scaling=0", config(reward_scaling=0.0), ValueError, "reward_scaling must be > 0"),
+    ("entropy<0", config(entropy_cost=-0.1), ValueError, "entropy_cost must be >= 0"),
+    ("value_coef<0", config(value_loss_coef=-1.0), ValueError, "value_loss_coef must be >= 0"),
+    ("max_grad_norm=0", config(max_grad_norm=0.0), ValueError, "max_grad_norm must be > 0"),
+    # -- the compiled pieces: states, sizes, keys --
+    ("num_steps=0", run_train(0), ValueError, "num_steps must be >= 1"),
+    ("num_steps=-100", run_train(-100), ValueError, "num_steps must be >= 1"),
+    ("num_steps=nan", run_train(math.nan), TypeError, "num_steps must be an int"),
+    ("num_steps=str", run_train("abc"), TypeError, "num_steps must be an int"),
+    ("num_steps=2.5", run_train(2.5), TypeError, "num_steps must be an int"),
+    ("num_steps=True", run_train(True), TypeError, "num_steps must be an int"),
+    ("env state of 16 envs", lambda: run_train(es=other_size_state())(), ValueError, "num_envs"),
+    (
+        "ts of another agent",
+        lambda: run_train(ts=other_config_state())(),
+        ValueError,
+        "does not match",
+    ),
+    ("env state not a state", run_train(es={"x": 1}), TypeError, "must be an EnvState"),
+    ("ts not a state", run_train(ts=[1]), TypeError, "must be a TrainingState"),
+    (
+        "context of other names",
+        run_train(context=C.ContextSpace({"mass": C.Scale(0.5, 1.5)})),
+        ValueError,
+        "same names",
+    ),
+    ("context not a space", run_train(context={"gravity": (5, 6)}), ValueError, "ContextSpace"),
+    (
+        "per-env ranges of another size",
+        run_train(context=C.PerEnv(jax.tree.map(lambda x: np.stack([x] * 3), G))),
+        ValueError,
+        "parameter shapes differ",
+    ),
+    (
+        "context out of physics",
+        run_train(context=C.ContextSpace({"gravity": C.Uniform(-50.0, -45.0)})),
+        ValueError,
+        "must be >= 0",
+    ),
+    ("init_env_state(0)", lambda: ppo.init_env_state(space(), 0), TypeError, "typed PRNG key"),
+    ("init_training(0)", lambda: ppo.init_training_state(space(), 0), TypeError, "typed PRNG key"),
+    (
+        "batch of keys without seed axis",
+        lambda: ppo.init_training_state(space(), jax.random.split(jax.random.key(0), 2)),
+        ValueError,
+        "a single key",
+    ),
+    (
+        "make_train_space(str)",
+        lambda: ppo.make_train_space("puck", ppo.PPOConfig()),
+        ValueError,
+        "ContextualEnv",
+    ),
+    ("make_train_space(dict)", lambda: ppo.make_train_space(env(), {}), ValueError, "PPOConfig"),
+    (
+        "num_seeds=0",
+        lambda: ppo.make_train_space(env(), ppo.PPOConfig(**SMALL), 0),
+        ValueError,
+        "num_seeds",
+    ),
+    (
+        "categorical on a continuous env",
+        lambda: space(action_distribution="categorical"),
+        ValueError,
+        "does not fit this env",
+    ),
+    # -- contexts --
+    ("unknown name", bind({"gravitee": C.Uniform(1.0, 2.0)}), ValueError, "unknown context name"),
+    ("low > high", lambda: C.Uniform(2.0, 1.0), ValueError, "low <= high"),
+    ("negative std", lambda: C.Normal(1.0, -1.0), ValueError, "std"),
+    ("probs sum", lambda: C.Choice([1.0, 2.0], [0.5, 0.6]), ValueError, "sum to 1"),
+    ("shapes", lambda: C.Uniform([1.0, 2.0], [2.0, 3.0, 4.0]), ValueError, "do not broadcast"),
+    ("loguniform <= 0", lambda: C.LogUniform(0.0, 1.0), ValueError, "LogUniform"),
+    ("nan bound", lambda: C.Uniform(math.nan, 1.0), ValueError, "finite"),
+    ("flags not bool", lambda: C.Uniform(1.0, 2.0, relative="yes"), ValueError, "True or False"),
+    ("normal mass", bind({"mass": C.Normal(1.0, 0.1)}), ValueError, "must be >"),
+    ("negative mass", bind({"mass": C.Uniform(-1.0, 1.0)}), ValueError, "must be >"),
+    (
+        "raw negative mass",
+        bind({"link.inertia.mass[1]": C.Uniform(-5.0, -1.0)}),
+        ValueError,
+        "must be > 0",
+    ),
+    ("raw timestep 0", bind({"opt.timestep": C.Fixed(0.0)}), ValueError, "must be > 0"),
+    (
+        "two names, one field",
+        bind({"mass": C.Scale(0.5, 2.0), "link.inertia.mass": C.Uniform(1.0, 2.0)}),
+        ValueError,
+        "both write System field",
+    ),
+    ("raw path missing", bind({"link.nothing": C.Uniform(1.0, 2.0)}), ValueError, "no field"),
+    ("raw index", bind({"geom_friction[99, 0]": C.Uniform(0.1, 1.0)}), ValueError, "index"),
+    (
+        "per_element scalar",
+        bind({"gravity": C.Uniform(5.0, 15.0, per_element=True)}),
+        ValueError,
+        "per_element",
+    ),
+    ("viscosity generalized", bind({"viscosity": C.Uniform(0.0, 1.0)}), ValueError, "mjx"),
+    (
+        "per-element shape",
+        bind({"mass": C.Scale([0.5] * 7, [2.0] * 7, per_element=True)}),
+        ValueError,
+        "does not fit",
+    ),
+    # -- make_contextual --
+    ("bad backend", bind({}, backend="physx"), ValueError, "backend should be in"),
+    ("unknown env", bind({}, name="pendulum9"), ValueError, "unknown Brax env"),
+    ("env object", lambda: make_contextual(object(), G), ValueError, "Brax env name"),
+    ("episode_length=0", bind({}, episode_length=0), ValueError, "episode_length"),
+    ("episodes_per_trial=0", bind({}, episodes_per_trial=0), ValueError, "episodes_per_trial"),
+    ("visible_context", bind({}, visible_context="yes"), ValueError, "visible_context"),
+    ("reset_chunk=0", bind({}, reset_chunk=0.0), ValueError, "chunk"),
+    ("reset_chunk=2", bind({}, reset_chunk=2.0), ValueError, "chunk"),
+    (
+        "env_kwargs on instance",
+        lambda: make_contextual(Puck(), G, n_frames=3),
+        ValueError,
+        "env_kwargs",
+    ),
+    # -- env calls --
+    ("reset(0)", lambda: env().reset(0), TypeError, "PRNG key"),
+    (
+        "reset with other names",
+        lambda: env().reset(jax.random.key(0), C.ContextSpace({"mass": C.Scale(0.5, 1.0)})),
+        ValueError,
+        "same names",
+    ),
+    (
+        "reset with unphysical ranges",
+        lambda: env().reset(
+            jax.random.key(0), C.ContextSpace({"gravity": C.Uniform(-50.0, -45.0)})
+        ),
+        ValueError,
+        "must be >= 0",
+    ),
+    (
+        "step with a batch of actions",
+        lambda: env().step(env().reset(jax.random.key(0)), np.zeros((4, 1))),
+        ValueError,
+        "action of shape",
+    ),
+    (
+        "step with too many action dims",
+        lambda: env().step(env().reset(jax.random.key(0)), np.zeros(3)),
+        ValueError,
+        "expected (1,)",
+    ),
+    # -- curricula --
+    ("widening start 0", lambda: curricula.LinearWidening(0.0, 3), ValueError, "start"),
+    ("widening segments 0", lambda: curricula.LinearWidening(0.5, 0), ValueError, "segments"),
+    ("geometric start 2", lambda: curricula.GeometricWidening(2.0, 3), ValueError, "start"),
+    ("gated step 0", lambda: curricula.PerformanceGated(0.5, 0.0, 100.0), ValueError, "step"),
+    (
+        "gated metric",
+        lambda: curricula.PerformanceGated(0.5, 0.1, 1.0, metric="x"),
+        ValueError,
+        "metric",
+    ),
+    ("adr thresholds", lambda: curricula.ADR(0.5, 0.1, 10.0, 5.0, 4), ValueError, "wrong order"),
+    ("adr buffer", lambda: curricula.ADR(0.5, 0.1, 1.0, 5.0, 0), ValueError, "buffer_size"),
+    ("adr prob", lambda: curricula.ADR(0.5, 0.1, 1.0, 5.0, 4, 1.5), ValueError, "boundary_prob"),
+    (
+        "adr no key",
+        lambda: curricula.ADR(0.5, 0.1, 1.0, 5.0, 4).init(G, num_envs=4),
+        ValueError,
+        "key",
+    ),
+    (
+        "target not space",
+        lambda: curricula.LinearWidening(0.5, 2).init({"g": 1}),
+        ValueError,
+        "ContextSpace",
+    ),
+    # -- evaluation --
+    (
+        "extrapolation factor",
+        lambda: E.extrapolation(env(), G, 4, factor=1.0),
+        ValueError,
+        "factor > 1",
+    ),
+    (
+        "extrapolation side",
+        lambda: E.extrapolation(env(), G, 4, side="left"),
+        ValueError,
+        "side must be",
+    ),
+    (
+        "grid of 3 names",
+        lambda: E.grid(G, {"a": [1], "b": [2], "c": [3]}),
+        ValueError,
+        "one or two",
+    ),
+    ("evaluator episodes", lambda: E.Evaluator(env(), episodes=0), ValueError, ">= 1"),
+    # -- checkpoints, logging, runner --
+    (
+        "save step -1",
+        lambda: checkpoint.save("/tmp/never", -1, {"x": np.ones(2)}),
+        ValueError,
+        "step",
+    ),
+    (
+        "save step str",
+        lambda: checkpoint.save("/tmp/never", "1", {"x": np.ones(2)}),
+        ValueError,
+        "step",
+    ),
+    (
+        "save keep 0",
+        lambda: checkpoint.save("/tmp/never", 1, {"x": np.ones(2)}, keep=0),
+        ValueError,
+        "keep",
+    ),
+    (
+        "restore missing",
+        lambda: checkpoint.restore("/tmp/never-there", {}),
+        FileNotFoundError,
+        "no checkpoint",
+    ),
+    (
+        "logger names str",
+        lambda: RunLogger("/tmp/never", "gravity"),
+        TypeError,
+        "sequence of names",
+    ),
+    (
+        "run resume mode",
+        lambda: experiment.run(
+            None, logdir="/tmp/x", segments=1, steps_per_segment=1, seed=0, resume="sometimes"
+        ),
+        ValueError,
+        "resume must be one of",
+    ),
+    (
+        "run segments 0",
+        lambda: experiment.run(None, logdir="/tmp/x", segments=0, steps_per_segment=1, seed=0),
+        ValueError,
+        "segments must be",
+    ),
+    (
+        "run steps str",
+        lambda: experiment.run(None, logdir="/tmp/x", segments=1, steps_per_segment="9", seed=0),
+        ValueError,
+        "steps_per_segment must be",
+    ),
+]
+
+
+def test_the_table_is_large_and_ids_are_unique():
+    ids = [row[0] for row in ROWS]
+    assert len(ROWS) >= 100 and len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("make, error, phrase", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_bad_input_gets_a_clear_error(make, error, phrase):
+    with pytest.raises(error) as info:
+        make()
+    assert phrase.lower() in str(info.value).lower(), str(info.value)

@@ -1,0 +1,50 @@
+"""metarl.stats: IQM and stratified-bootstrap CIs against known cases and scipy."""
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from metarl import stats
+
+
+def test_iqm_of_known_cases():
+    assert stats.iqm([1, 2, 3, 4, 100, 200, 300, 400]) == pytest.approx((3 + 4 + 100 + 200) / 4)
+    # n = 5: [1.25, 3.75) keeps 3/4 of x2, x3, 3/4 of x4 (sorted 1..5)
+    assert stats.iqm([5, 1, 4, 2, 3]) == pytest.approx((0.75 * 2 + 3 + 0.75 * 4) / 2.5)
+    assert stats.iqm([7.0]) == 7.0
+
+
+@pytest.mark.parametrize("n", [4, 8, 12, 40])
+def test_iqm_equals_scipy_trimmed_mean_for_multiples_of_four(n):
+    x = np.random.default_rng(n).standard_normal(n) * 10
+    assert stats.iqm(x) == pytest.approx(scipy_stats.trim_mean(x, 0.25))
+
+
+def test_ci_covers_the_true_centre_about_95_percent_of_the_time():
+    rng = np.random.default_rng(0)
+    hits = 0
+    for trial in range(200):
+        s = stats.summarize(rng.normal(3.0, 1.0, 20), reps=500, seed=trial)
+        hits += s.ci_low <= 3.0 <= s.ci_high
+    assert 0.85 <= hits / 200 <= 0.995
+
+
+def test_bootstrap_is_stratified_over_tasks_and_deterministic():
+    # Task 0 scores are all 0, task 1 all 100: resampling within tasks keeps every
+    # resample's IQM at 50; pooling the tasks would not.
+    scores = np.stack([np.zeros(6), np.full(6, 100.0)], axis=1)
+    s = stats.summarize(scores)
+    assert (s.iqm, s.ci_low, s.ci_high) == (50.0, 50.0, 50.0)
+    x = np.random.default_rng(1).normal(size=(10, 3))
+    assert stats.summarize(x, seed=4) == stats.summarize(x, seed=4)
+    assert stats.summarize(x, seed=4) != stats.summarize(x, seed=5)
+
+
+def test_edge_cases():
+    one = stats.summarize([42.0])
+    assert (one.iqm, one.ci_low, one.ci_high, one.n) == (42.0, 42.0, 42.0, 1)
+    dropped = stats.summarize([1.0, np.nan, 3.0, 2.0])
+    assert dropped.n == 3 and dropped.mean == 2.0
+    assert stats.format_iqm(stats.summarize([1.0, 2.0, 3.0, 4.0])).startswith("2 [")
+    with pytest.raises(ValueError, match="num_seeds"):
+        stats.summarize(np.zeros((2, 2, 2)))
