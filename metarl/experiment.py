@@ -47,7 +47,7 @@ from metarl import evaluation as E
 from metarl.agents import ppo
 from metarl.contexts import ContextSpace, PerEnv
 from metarl.envs import CONTEXT, ContextualEnv
-from metarl.tensorboard import RunLogger, flatten_hparams
+from metarl.tensorboard import RunLogger, episode_return_tag, flatten_hparams
 
 HISTORY = "history.json"
 RUN_FILE = "run.json"
@@ -474,6 +474,11 @@ class Run:
                     f"{tag}/ci_high": agg.ci_high,
                 }
             )
+        if self.exp.env.episodes_per_trial > 1:
+            for split in results[0]["held"]:
+                curves = np.stack([np.nanmean(r["held"][split].by_episode, 0) for r in results])
+                for i, value in enumerate(np.mean(curves, 0), start=1):
+                    scalars[episode_return_tag(split, i)] = float(value)
         logger.log_scalars(step, scalars)
         self._log_heatmap(logger, step, np.mean([r["heat"] for r in results], 0))
         logger.flush()
@@ -485,6 +490,11 @@ class Run:
         for split in (*SPLITS, "generalization_gap"):
             if split in summaries[0]:
                 row[split] = self._per_seed([s[split] for s in summaries])
+        if self.exp.env.episodes_per_trial > 1 and "train" in results[0]["held"]:
+            # the adaptation curve: mean return of the i-th episode of a trial, per seed
+            curves = [np.nanmean(r["held"]["train"].by_episode, 0) for r in results]
+            per_episode = np.asarray(curves, float).T  # [episodes, seeds]
+            row["episodes"] = [self._per_seed(list(map(float, e))) for e in per_episode]
         return row
 
     # stage 4
@@ -631,6 +641,12 @@ def print_table(rows: list[dict], logdir: str | os.PathLike) -> None:
     print("\n" + _line(_columns(num_seeds).values()))
     for row in rows:
         print(_line(_cells(row, num_seeds)))
+    if "episodes" in rows[-1]:
+        curve = "  ".join(f"{i}: {_cell(v)}" for i, v in enumerate(rows[-1]["episodes"], 1))
+        print(f"\nAdaptation curve (eval train, return of episode i of a trial): {curve}")
+    if num_seeds > 1 and "train" in rows[-1]:
+        finals = " ".join(f"{v:.1f}" for v in rows[-1]["train"])
+        print(f"\nFinal eval train return per seed: {finals}")
     print(f"\nDashboard: tensorboard --logdir {logdir}")
 
 
@@ -640,6 +656,10 @@ def print_comparison(results: dict[str, list[dict]], logdir: str | os.PathLike) 
     print("\n" + _line(["variant", *[_columns(1)[c] for c in cols]]))
     for name, rows in results.items():
         print(_line([name, *(_cell(rows[-1].get(c, float("nan"))) for c in cols)]))
+    for name, rows in results.items():
+        if "episodes" in rows[-1]:
+            curve = "  ".join(f"{i}: {_cell(v)}" for i, v in enumerate(rows[-1]["episodes"], 1))
+            print(f"{name} adaptation curve (eval train, episode i of a trial): {curve}")
     print(f"\nDashboard: tensorboard --logdir {logdir}")
 
 

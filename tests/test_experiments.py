@@ -73,3 +73,17 @@ def test_quickstart_resumes_after_a_kill_and_logs_every_tag(tmp_path):
     # The curriculum widens gravity's range segment after segment.
     lows = [e.value for e in acc.Scalars("curriculum/gravity/low")]
     assert lows[0] > lows[-1] == 5.0
+
+
+def test_quickstart_with_ten_seeds_finishes_and_prints_every_seed(tmp_path):
+    # Guards jax-ml/jax#25861: with CPU async dispatch this very command hung for
+    # good in its first computations (see metarl/__init__.py).
+    cmd = [sys.executable, str(ROOT / "experiments" / "quickstart.py")]
+    cmd += ["--logdir", str(tmp_path), "--segments", "1", "--steps-per-segment", "2048"]
+    out = subprocess.run(
+        cmd + ["--num-seeds", "10"] + TINY_PPO, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    finals = out.stdout.split("Final eval train return per seed:")[1].split("\n")[0].split()
+    assert len(finals) == 10
+    assert {f"seed_{s}" for s in range(10)} | {"aggregate"} <= {p.name for p in tmp_path.iterdir()}
