@@ -36,7 +36,7 @@ class Config(experiment.RunArgs):
         unroll_length=25,
         num_minibatches=8,
         clipping_epsilon=0.2,
-        learning_rate=3e-4,
+        learning_rate=1e-3,
         entropy_cost=1e-2,
         hidden_size=32,
         policy_hidden=(32,),

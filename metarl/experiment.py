@@ -501,7 +501,11 @@ class Run:
     def report(self, loggers: list[RunLogger], hparams: Any) -> None:
         final = self.rows[-1] if self.rows else {}
         for i, logger in enumerate(loggers[: self.num_seeds]):
-            values = {k: v[i] if isinstance(v, list) else v for k, v in final.items()}
+            values = {
+                k: v[i] if isinstance(v, list) else v for k, v in final.items() if k != "episodes"
+            }
+            for j, v in enumerate(final.get("episodes", []), 1):
+                values[f"episode_{j}"] = v[i] if isinstance(v, list) else v
             logger.log_hparams(hparams if hparams is not None else self.exp.ppo, values)
 
 
