@@ -28,8 +28,9 @@ class Config(experiment.RunArgs):
         num_envs=128,
         unroll_length=16,
         num_minibatches=4,
-        learning_rate=1e-3,
-        entropy_cost=1e-3,
+        learning_rate=3e-4,
+        entropy_cost=1e-2,
+        reward_scaling=0.1,
         policy_hidden=(32, 32),
         value_hidden=(64, 64),
     )
