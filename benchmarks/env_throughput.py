@@ -215,7 +215,7 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     envs = list(results["envs"])
-    fig, axes = plt.subplots(1, len(envs), figsize=(4.5 * len(envs), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(envs), figsize=(max(6.0, 4.5 * len(envs)), 4.2), squeeze=False)
     for ax, name in zip(axes[0], envs, strict=True):
         per_n = results["envs"][name]
         ns = sorted(int(n) for n in per_n)
@@ -228,7 +228,10 @@ def plot(results: dict, path: Path) -> None:
         ax.set_title(name)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
-    fig.suptitle(f"{results['device']}, jax {results['jax']}, {results['steps']} steps per call")
+    fig.suptitle(
+        f"{results['device']}, jax {results['jax']}, {results['steps']} steps per call",
+        fontsize="medium",
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
