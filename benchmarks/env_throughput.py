@@ -1,6 +1,6 @@
 """Env throughput: plain Brax vs Brax domain randomization vs make_contextual.
 
-All three run in one process, compiled first, then timed in paired rounds
+All variants run in one process, compiled first, then timed in paired rounds
 (each round runs every variant once, in turn), so that the ratios compare
 runs made under the same machine load. Each variant rolls out random actions
 for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
@@ -9,15 +9,25 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
 * brax_dr: the same with `randomization_fn`: a static batch of Systems with
   gravity, per-body mass and per-geom friction drawn once, at build time.
 * contextual: `make_contextual` with the same three quantities, drawn afresh
-  at every episode inside jit, with exact resets.
+  at every episode inside jit, with exact resets (`--strategy`, default auto).
+* contextual_<strategy>: the same with one reset strategy forced
+  (dense, loop, compact).
+* ablate_noreset, ablate_norebuild: diagnostics, not exact: contextual dense
+  with done envs never reset, or with the step run on the default System.
+
+With several `--num-envs` it also writes `--out`.json and a PNG plot of
+steps/s against num_envs (log-log) for plain, brax_dr and contextual.
 
     python benchmarks/env_throughput.py --envs hopper inverted_pendulum --num-envs 1024
+    python benchmarks/env_throughput.py --envs hopper ant --num-envs 1024 4096 16384 65536
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -26,21 +36,25 @@ from brax import envs as brax_envs
 from brax.envs.wrappers import training as brax_training
 
 from metarl import contexts as C
-from metarl.envs import make_contextual
+from metarl.envs import ContextualEnv, make_contextual
 
 GRAVITY = (0.7, 1.3)
 MASS = (0.7, 1.3)
 FRICTION = (0.5, 1.5)
+MAIN = ("plain", "brax_dr", "contextual")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     envs: tuple[str, ...] = ("hopper", "inverted_pendulum")
-    num_envs: int = 1024
+    num_envs: tuple[int, ...] = (1024,)
     steps: int = 200
     rounds: int = 7
     backend: str | None = None  # None: each env's default backend
     reset_chunk: float = 0.0625
+    strategy: str = "auto"  # reset strategy of the "contextual" variant
+    variants: tuple[str, ...] = MAIN
+    out: str | None = None  # path stem for the .json / .png results
 
 
 def _space() -> C.ContextSpace:
@@ -75,55 +89,82 @@ def _brax_randomizer(num_envs: int):
     return randomize
 
 
-def _rollout(reset, step, action_size: int, cfg: Config):
+def _rollout(reset, step, action_size: int, num_envs: int, steps: int):
     def run(key):
         state = reset(key)
 
         def body(state, k):
-            action = jax.random.uniform(k, (cfg.num_envs, action_size), minval=-1.0, maxval=1.0)
+            action = jax.random.uniform(k, (num_envs, action_size), minval=-1.0, maxval=1.0)
             state = step(state, action)
             return state, state.done.sum()
 
-        state, dones = jax.lax.scan(body, state, jax.random.split(key, cfg.steps))
+        state, dones = jax.lax.scan(body, state, jax.random.split(key, steps))
         return dones.sum()
 
     return jax.jit(run)
 
 
-def _variants(name: str, cfg: Config):
+def _ablated(env: ContextualEnv, what: str) -> ContextualEnv:
+    """Diagnostics only (not exact): switch off one part of the contextual step."""
+    if what == "noreset":
+        env._select = lambda done, operand, current: current  # noqa: SLF001
+    elif what == "norebuild":
+        call = env._call  # noqa: SLF001
+        base_step = env._env.step  # noqa: SLF001
+
+        def _call(fn, context, *args):
+            return fn(*args) if fn == base_step else call(fn, context, *args)
+
+        env._call = _call  # noqa: SLF001
+    else:
+        raise ValueError(f"unknown ablation {what!r}")
+    return env
+
+
+def _build(label: str, name: str, n: int, cfg: Config):
     kwargs = {} if cfg.backend is None else {"backend": cfg.backend}
-    n = cfg.num_envs
     raw_keys = lambda key: jax.random.split(jax.random.key_data(key), n)  # noqa: E731
-
-    plain = brax_training.wrap(brax_envs.get_environment(name, **kwargs), episode_length=1000)
-    dr = brax_training.wrap(
-        brax_envs.get_environment(name, **kwargs),
-        episode_length=1000,
-        randomization_fn=_brax_randomizer(n),
-    )
+    if label in ("plain", "brax_dr"):
+        extra = {"randomization_fn": _brax_randomizer(n)} if label == "brax_dr" else {}
+        env = brax_training.wrap(
+            brax_envs.get_environment(name, **kwargs), episode_length=1000, **extra
+        )
+        return _rollout(lambda k: env.reset(raw_keys(k)), env.step, env.action_size, n, cfg.steps)
+    strategy = cfg.strategy
+    if label.startswith("contextual_"):
+        strategy = label.removeprefix("contextual_")
+    elif label.startswith("ablate_"):
+        strategy = "dense"
+    elif label != "contextual":
+        raise ValueError(f"unknown variant {label!r}")
     ctx = make_contextual(
-        name, _space(), episode_length=1000, reset_chunk=cfg.reset_chunk, **kwargs
+        name,
+        _space(),
+        episode_length=1000,
+        reset_chunk=cfg.reset_chunk,
+        reset_strategy=strategy,
+        **kwargs,
     )
-    return {
-        "plain": _rollout(lambda k: plain.reset(raw_keys(k)), plain.step, plain.action_size, cfg),
-        "brax_dr": _rollout(lambda k: dr.reset(raw_keys(k)), dr.step, dr.action_size, cfg),
-        "contextual": _rollout(
-            lambda k: jax.vmap(ctx.reset)(jax.random.split(k, n)),
-            jax.vmap(ctx.step),
-            ctx.action_size,
-            cfg,
-        ),
-    }
+    if label.startswith("ablate_"):
+        ctx = _ablated(ctx, label.removeprefix("ablate_"))
+    return _rollout(
+        lambda k: jax.vmap(ctx.reset)(jax.random.split(k, n)),
+        jax.vmap(ctx.step),
+        ctx.action_size,
+        n,
+        cfg.steps,
+    )
 
 
-def bench(name: str, cfg: Config) -> None:
-    runs = _variants(name, cfg)
+def bench(name: str, n: int, cfg: Config) -> dict:
+    runs = {label: _build(label, name, n, cfg) for label in cfg.variants}
     key = jax.random.key(0)
     compile_s, dones = {}, {}
     for label, run in runs.items():
         t0 = time.perf_counter()
         compiled = run.lower(key).compile()
         compile_s[label] = time.perf_counter() - t0
+        print(f"  compiled {name} {label} ({n} envs) in {compile_s[label]:.1f} s", flush=True)
         runs[label] = compiled
         dones[label] = int(compiled(key))
     times = {label: [] for label in runs}
@@ -133,30 +174,92 @@ def bench(name: str, cfg: Config) -> None:
             t0 = time.perf_counter()
             jax.block_until_ready(run(k))
             times[label].append(time.perf_counter() - t0)
-    base = np.asarray(times["plain"])
+    base = np.asarray(times["plain"]) if "plain" in times else None
     print(
-        f"\n{name} ({cfg.backend or 'default backend'}), {cfg.num_envs} envs, "
+        f"\n{name} ({cfg.backend or 'default backend'}), {n} envs, "
         f"{cfg.steps} steps x {cfg.rounds} paired rounds"
     )
     print(
-        f"{'variant':<12}{'steps/s':>12}{'ratio (median, min-max)':>28}"
+        f"{'variant':<18}{'steps/s':>12}{'ratio (median, min-max)':>28}"
         f"{'compile s':>11}{'ratio':>7}{'dones/step':>12}"
     )
+    result = {}
     for label, ts in times.items():
-        ratios = base / np.asarray(ts)
-        sps = cfg.num_envs * cfg.steps / np.median(ts)
+        ts = np.asarray(ts)
+        sps = n * cfg.steps / np.median(ts)
+        ratios = base / ts if base is not None else np.full_like(ts, np.nan)
+        c_ratio = compile_s[label] / compile_s.get("plain", np.nan)
         print(
-            f"{label:<12}{sps:>12,.0f}{np.median(ratios):>12.3f} "
+            f"{label:<18}{sps:>12,.0f}{np.median(ratios):>12.3f} "
             f"({ratios.min():.3f}-{ratios.max():.3f})"
-            f"{compile_s[label]:>11.1f}{compile_s[label] / compile_s['plain']:>7.2f}"
+            f"{compile_s[label]:>11.1f}{c_ratio:>7.2f}"
             f"{dones[label] / cfg.steps:>12.1f}"
         )
+        result[label] = {
+            "steps_per_s": float(sps),
+            "ratio_median": float(np.median(ratios)),
+            "ratio_min": float(ratios.min()),
+            "ratio_max": float(ratios.max()),
+            "compile_s": float(compile_s[label]),
+            "compile_ratio": float(c_ratio),
+            "dones_per_step": dones[label] / cfg.steps,
+            "times_s": ts.tolist(),
+        }
+    return result
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = list(results["envs"])
+    fig, axes = plt.subplots(1, len(envs), figsize=(max(6.0, 4.5 * len(envs)), 4.2), squeeze=False)
+    for ax, name in zip(axes[0], envs, strict=True):
+        per_n = results["envs"][name]
+        ns = sorted(int(n) for n in per_n)
+        for label in [v for v in MAIN if v in per_n[str(ns[0])]]:
+            ax.plot(ns, [per_n[str(n)][label]["steps_per_s"] for n in ns], "o-", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("num_envs")
+        ax.set_ylabel("env steps / s")
+        ax.set_title(name)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(
+        f"{results['device']}, jax {results['jax']}, {results['steps']} steps per call",
+        fontsize="medium",
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def main(cfg: Config) -> None:
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}")
+    device = jax.devices()[0]
+    print(f"jax {jax.__version__} on {device.platform} ({device.device_kind})")
+    results = {
+        "device": device.device_kind,
+        "platform": device.platform,
+        "jax": jax.__version__,
+        "steps": cfg.steps,
+        "rounds": cfg.rounds,
+        "strategy": cfg.strategy,
+        "backend": cfg.backend,
+        "envs": {},
+    }
     for name in cfg.envs:
-        bench(name, cfg)
+        results["envs"][name] = {}
+        for n in cfg.num_envs:
+            results["envs"][name][str(n)] = bench(name, n, cfg)
+            if cfg.out:
+                Path(cfg.out).with_suffix(".json").write_text(json.dumps(results, indent=1))
+    if cfg.out:
+        print(f"wrote {Path(cfg.out).with_suffix('.json')}")
+        if len(cfg.num_envs) > 1 and set(MAIN) & set(cfg.variants):
+            plot(results, Path(cfg.out).with_suffix(".png"))
+            print(f"wrote {Path(cfg.out).with_suffix('.png')}")
 
 
 if __name__ == "__main__":

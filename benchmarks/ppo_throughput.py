@@ -146,9 +146,13 @@ def metarl_ppo(cfg: Config, core: str) -> dict:
 
 def main(cfg: Config) -> None:
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {cfg}")
-    results = {"brax_ppo": brax_ppo(cfg), "metarl_mlp": metarl_ppo(cfg, "mlp")}
+    trainers = {"brax_ppo": brax_ppo, "metarl_mlp": lambda c: metarl_ppo(c, "mlp")}
     if cfg.gru:
-        results["metarl_gru"] = metarl_ppo(cfg, "gru")
+        trainers["metarl_gru"] = lambda c: metarl_ppo(c, "gru")
+    results = {}
+    for name, train in trainers.items():
+        results[name] = train(cfg)
+        print(f"{name}: {results[name]}", flush=True)
     base = results["brax_ppo"]
     print(f"\n{'trainer':<12}{'steps/s':>10}{'vs brax':>9}{'compile s':>11}{'eval return':>13}")
     for name, r in results.items():

@@ -1,19 +1,28 @@
-"""Exact auto-reset that computes fresh states only for the envs that are done.
+"""Exact auto-reset: ``fresh_fn(operand) if done else current``, per env.
 
-`where_done(fresh_fn, chunk)` returns `select(done, operand, current)`, which
-for one env means ``fresh_fn(operand) if done else current``. Written plainly,
-``jnp.where(done, fresh_fn(operand), current)`` computes a fresh reset for
-every env at every step, even though only a few are done: that costs 6-15% of
-throughput with 1024 envs (DESIGN.md). Brax avoids the cost by reusing a
-cached first state, which is wrong once every episode has its own context.
+`where_done(fresh_fn, chunk, strategy)` returns `select(done, operand, current)`.
+Every strategy gives the same states, bit for bit: a done env restarts from
+``fresh_fn(operand)``, its own fresh reset. They differ in what they compute
+under `jax.vmap` (users and trainers keep writing ``jax.vmap(env.step)``; the
+function carries a `jax.custom_batching` rule):
 
-Here the function carries a custom batching rule (`jax.custom_batching`):
-under `jax.vmap` it gathers the indices of the done envs, computes fresh
-states for them in chunks of `chunk` envs inside a `while_loop` whose trip
-count is ceil(#done / chunk), and scatters them back. The result is exactly
-the plain `where`, at a cost proportional to the number of done envs. Users
-and trainers keep writing `jax.vmap(env.step)`. Nested vmaps (envs inside
-contexts) still work: the outer vmap batches the loop with a select.
+* ``"dense"``: ``jnp.where(done, vmap(fresh_fn)(operand), current)``: a reset
+  for every env at every step, kept only where done. No data-dependent
+  control flow, so nothing waits on the host: the fastest on a GPU, where a
+  step is a fixed sequence of kernels whose cost barely depends on the batch.
+* ``"loop"``: gathers the indices of the done envs and computes fresh states
+  only for them, in chunks of ``ceil(chunk * batch)`` envs inside a loop of
+  ceil(#done / chunk) trips, then scatters them back. Cost proportional to the
+  number of done envs: the fastest on a CPU (DESIGN.md: a dense reset costs
+  6-15% of CPU throughput), slow on a GPU, where every trip waits on the host.
+* ``"compact"``: the loop, with its first chunk computed unconditionally
+  (outside the loop), so that a step with few done envs makes one trip check
+  instead of two.
+* ``"auto"`` (default): ``"loop"`` on CPU, ``"dense"`` elsewhere, chosen when
+  the function is lowered for a platform (`jax.lax.platform_dependent`).
+
+Nested vmaps (envs inside contexts) work: the outer vmap batches the loop
+with a select.
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+STRATEGIES = ("auto", "loop", "compact", "dense")
+
 
 def _where(done: jax.Array, new: Any, old: Any) -> Any:
     def pick(n, o):
@@ -34,16 +45,58 @@ def _where(done: jax.Array, new: Any, old: Any) -> Any:
     return jax.tree.map(pick, new, old)
 
 
-def where_done(fresh_fn: Callable[[Any], Any], chunk: float) -> Callable[[Any, Any, Any], Any]:
+def check_strategy(strategy: str) -> str:
+    if strategy not in STRATEGIES:
+        raise ValueError(
+            f"unknown reset strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}"
+        )
+    return strategy
+
+
+def where_done(
+    fresh_fn: Callable[[Any], Any], chunk: float, strategy: str = "auto"
+) -> Callable[[Any, Any, Any], Any]:
     """Builds select(done, operand, current) -> fresh_fn(operand) where done, else current.
 
     Args:
       fresh_fn: one env's operand -> a pytree shaped like `current`. It must
         not close over traced values (pass them in `operand`).
-      chunk: fraction of the batch reset per loop trip under vmap, in (0, 1].
+      chunk: fraction of the batch reset per loop trip under vmap, in (0, 1]
+        (used by the "loop" and "compact" strategies).
+      strategy: one of `STRATEGIES` (see the module docstring).
     """
     if not 0 < chunk <= 1:
         raise ValueError(f"chunk must be a fraction in (0, 1], got {chunk}")
+    check_strategy(strategy)
+
+    def dense(done, operand, current):
+        return _where(done, jax.vmap(fresh_fn)(operand), current)
+
+    def looped(done, operand, current, *, first_outside: bool):
+        axis_size = done.shape[0]
+        size = max(1, math.ceil(axis_size * chunk))
+        padded = math.ceil(axis_size / size) * size
+        order = jnp.nonzero(done, size=padded, fill_value=axis_size)[0]
+        trips = (jnp.sum(done.astype(jnp.int32)) + size - 1) // size
+
+        def body(i, state):
+            idx = jax.lax.dynamic_slice(order, (i * size,), (size,))
+            rows = jnp.minimum(idx, axis_size - 1)
+            fresh = jax.vmap(fresh_fn)(jax.tree.map(lambda x: x[rows], operand))
+            return jax.tree.map(lambda s, f: s.at[idx].set(f, mode="drop"), state, fresh)
+
+        if not first_outside:
+            return jax.lax.fori_loop(0, trips, body, current)
+        state = body(0, current)
+        if padded == size:
+            return state
+        return jax.lax.fori_loop(1, jnp.maximum(trips, 1), body, state)
+
+    batched_impl = {
+        "dense": dense,
+        "loop": lambda *a: looped(*a, first_outside=False),
+        "compact": lambda *a: looped(*a, first_outside=True),
+    }
 
     @jax.custom_batching.custom_vmap
     def select(done, operand, current):
@@ -57,19 +110,12 @@ def where_done(fresh_fn: Callable[[Any], Any], chunk: float) -> Callable[[Any, A
         done = batch(done, in_batched[0])
         operand = jax.tree.map(batch, operand, in_batched[1])
         current = jax.tree.map(batch, current, in_batched[2])
-
-        size = max(1, math.ceil(axis_size * chunk))
-        padded = math.ceil(axis_size / size) * size
-        order = jnp.nonzero(done, size=padded, fill_value=axis_size)[0]
-        trips = (jnp.sum(done.astype(jnp.int32)) + size - 1) // size
-
-        def body(i, state):
-            idx = jax.lax.dynamic_slice(order, (i * size,), (size,))
-            rows = jnp.minimum(idx, axis_size - 1)
-            fresh = jax.vmap(fresh_fn)(jax.tree.map(lambda x: x[rows], operand))
-            return jax.tree.map(lambda s, f: s.at[idx].set(f, mode="drop"), state, fresh)
-
-        out = jax.lax.fori_loop(0, trips, body, current)
+        if strategy == "auto":
+            out = jax.lax.platform_dependent(
+                done, operand, current, cpu=batched_impl["loop"], default=batched_impl["dense"]
+            )
+        else:
+            out = batched_impl[strategy](done, operand, current)
         return out, jax.tree.map(lambda _: True, out)
 
     return select

@@ -25,7 +25,7 @@ from brax.envs.base import Env, PipelineEnv, State
 from flax import struct
 
 from metarl.contexts import BACKENDS, Binding, Context, ContextSpace, bind
-from metarl.envs.autoreset import where_done
+from metarl.envs.autoreset import check_strategy, where_done
 
 CONTEXT = "context"  # state.info key: {name: sampled value}
 TRIAL = "trial"  # state.info key: TrialInfo
@@ -83,13 +83,15 @@ class ContextualEnv(Env):
         episodes_per_trial: int,
         visible_context: bool | str,
         reset_chunk: float,
+        reset_strategy: str = "auto",
     ):
         self._env = env
         self.binding = binding
         self.episode_length = episode_length
         self.episodes_per_trial = episodes_per_trial
         self.visible_context = visible_context
-        self._select = where_done(self._fresh, reset_chunk)
+        self.reset_strategy = check_strategy(reset_strategy)
+        self._select = where_done(self._fresh, reset_chunk, reset_strategy)
 
     # ---- Brax Env interface ----
     @property
@@ -261,6 +263,7 @@ def make_contextual(
     episodes_per_trial: int = 1,
     visible_context: bool | str = False,
     reset_chunk: float = 0.0625,
+    reset_strategy: str = "auto",
     **env_kwargs,
 ) -> ContextualEnv:
     """A contextual version of a Brax env (a registry name or a PipelineEnv).
@@ -275,6 +278,11 @@ def make_contextual(
         observation) or "privileged" (observation is
         ``{"state": obs, "privileged": context}`` for an asymmetric critic).
       reset_chunk: under vmap, fraction of the batch reset per loop trip.
+      reset_strategy: how done envs get their fresh reset under vmap, one of
+        ``metarl.envs.RESET_STRATEGIES``: "dense" (a reset for every env, kept where done; best
+        on GPU), "loop" (resets only for done envs, in chunks; best on CPU),
+        "compact", or "auto" (loop on CPU, dense elsewhere). All give
+        identical states.
       **env_kwargs: passed to the Brax env constructor.
     """
     if backend is not None and backend not in BACKENDS:
@@ -308,7 +316,14 @@ def make_contextual(
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
     if not (isinstance(visible_context, bool) or visible_context == "privileged"):
         raise ValueError(f"visible_context must be one of {VISIBILITY}, got {visible_context!r}")
+    check_strategy(reset_strategy)
     binding = bind(space, env.sys, env.backend)
     return ContextualEnv(
-        env, binding, episode_length, episodes_per_trial, visible_context, reset_chunk
+        env,
+        binding,
+        episode_length,
+        episodes_per_trial,
+        visible_context,
+        reset_chunk,
+        reset_strategy,
     )
