@@ -76,8 +76,8 @@ def test_quickstart_resumes_after_a_kill_and_logs_every_tag(tmp_path):
 
 
 def test_quickstart_with_ten_seeds_finishes_and_prints_every_seed(tmp_path):
-    # Guards jax-ml/jax#25861: with CPU async dispatch this very command hung for
-    # good in its first computations (see metarl/__init__.py).
+    # This very command once hung for good: a vmapped (batched) QR in the
+    # recurrent cores' initialiser deadlocked XLA's CPU thread pool.
     cmd = [sys.executable, str(ROOT / "experiments" / "quickstart.py")]
     cmd += ["--logdir", str(tmp_path), "--segments", "1", "--steps-per-segment", "2048"]
     out = subprocess.run(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -146,7 +147,11 @@ def make_train_space(
     iterate = iterate_fn(env, agent, config, optimizer)
     envs = P(AXIS)
     if num_seeds is not None:  # the seed axis leads; devices split the env axis after it
-        init_training, init_env, set_ranges = map(jax.vmap, (init_training, init_env, set_ranges))
+        init_env, set_ranges = map(jax.vmap, (init_env, set_ranges))
+        # A loop, not vmap: vmapped, the recurrent cores' orthogonal initialiser
+        # becomes a batched QR whose LAPACK kernel can deadlock XLA's CPU thread
+        # pool (seen here: quickstart --num-seeds 10 hung for good, 3 runs in 5).
+        init_training = functools.partial(jax.lax.map, init_training)
         iterate = jax.vmap(iterate, in_axes=(0, 0, None))
         envs = P(None, AXIS)
     # Totals and losses are replicated after the psum; per-env sums stay sharded.
