@@ -1,11 +1,16 @@
 """The learner: critic over the unroll, GAE, and minibatch SGD on whole sequences.
 
-One iteration (`iteration`): roll out; update the observation statistics; run
-the critic over the unroll to get values and GAE advantages (bootstrapping
-truncated episodes from their final observation, never terminated ones);
-then `num_updates_per_batch` epochs of minibatch SGD, minibatches split by
+One iteration (`iteration`): roll out and run the critic over the unroll to
+get values and GAE advantages (bootstrapping truncated episodes from their
+final observation, never terminated ones) -- `collect`; then
+`num_updates_per_batch` epochs of minibatch SGD, minibatches split by
 environment (whole sequences, truncated BPTT from each unroll's first carry),
-never by time step.
+never by time step; last, update the observation statistics with the unroll.
+
+The critic and SGD use the statistics the rollout acted with, so that on the
+first minibatch of the first epoch the learner's log-probs (`recompute`)
+equal the rollout's exactly (ratio 1): updated statistics would change every
+normalised input and bias the ratio.
 """
 
 from __future__ import annotations
@@ -42,6 +47,16 @@ class IterationStats(struct.PyTreeNode):
     totals: dict  # episodes, return_sum, length_sum, nonfinite_episodes: scalars
     losses: dict  # the PPO terms of `losses.ppo_losses`, means over minibatches
     per_env: dict  # env_return_sum, env_episodes: [num_envs]
+
+
+class Batch(struct.PyTreeNode):
+    """What one iteration learns from: the unroll and what the critic made of it."""
+
+    data: Transition  # [T, B]
+    values: jax.Array  # [T, B] V(obs_t) the advantages were computed with
+    advantages: jax.Array  # [T, B]
+    returns: jax.Array  # [T, B]
+    value_core: Any  # value core after the unroll, [B, ...] (the next unroll starts from it)
 
 
 def over_time(agent, params, normalizer, fields: tuple[str, ...], cores0: dict, obs, carry):
@@ -91,8 +106,14 @@ def critic(agent, params, normalizer, value_carry, data: Transition, last_obs, l
     return values, values_next, values_final, end
 
 
-def loss(agent, config, params, normalizer, data: Transition, advantages, returns, key):
-    """Total PPO loss on a minibatch of whole sequences [T, b], and its terms."""
+def recompute(agent, params, normalizer, data: Transition):
+    """(distribution, log-prob of the taken raw action, value), each [T, b, ...], over
+    whole sequences from each one's first stored carry, resetting the cores where
+    the stored carry says so (what the loss differentiates).
+
+    With the rollout's parameters and statistics (the first minibatch of the first
+    epoch) log-prob equals ``data.log_prob`` and value equals `Batch.values`.
+    """
     c0 = jax.tree.map(lambda x: x[0], data.carry)
     _, outs = over_time(
         agent,
@@ -104,7 +125,12 @@ def loss(agent, config, params, normalizer, data: Transition, advantages, return
         data.carry,
     )
     dist, values = outs["policy"], outs["value"]
-    log_prob = agent.head.log_prob(dist, data.raw_action)
+    return dist, agent.head.log_prob(dist, data.raw_action), values
+
+
+def loss(agent, config, params, normalizer, data: Transition, advantages, returns, key):
+    """Total PPO loss on a minibatch of whole sequences [T, b], and its terms."""
+    dist, log_prob, values = recompute(agent, params, normalizer, data)
     entropy = agent.head.entropy(dist, key)
     terms = losses.ppo_losses(
         log_prob, data.log_prob, advantages, values, returns, entropy, config.clipping_epsilon
@@ -147,7 +173,7 @@ def sgd(agent, config, optimizer, ts: TrainingState, normalizer, data, advantage
 
 
 def advantages_and_returns(agent, config, ts: TrainingState, normalizer, value_carry, data, es):
-    """GAE over an unroll: (advantages, returns, the value core's end carry)."""
+    """GAE over an unroll: (values, advantages, returns, the value core's end carry)."""
     values, values_next, values_final, value_core = critic(
         agent, ts.params, normalizer, value_carry, data, es.env.obs, es.carry
     )
@@ -155,23 +181,30 @@ def advantages_and_returns(agent, config, ts: TrainingState, normalizer, value_c
     advantages, returns = losses.compute_gae(
         data.reward, values, next_values, data.boundary, config.discounting, config.gae_lambda
     )
-    return advantages, returns, value_core
+    return values, advantages, returns, value_core
+
+
+def collect(env, agent, config, ts: TrainingState, es: EnvState) -> tuple[EnvState, Batch]:
+    """Rollout, critic and GAE under `ts`'s parameters and observation statistics."""
+    value_carry = es.carry.value
+    es, data = unroll(env, agent, config, ts.params, ts.normalizer, es)
+    values, advantages, returns, value_core = advantages_and_returns(
+        agent, config, ts, ts.normalizer, value_carry, data, es
+    )
+    return es, Batch(data, values, advantages, returns, value_core)
 
 
 def iteration(env, agent, config, optimizer, ts: TrainingState, es: EnvState):
     """One rollout + learning iteration on this device's envs."""
     key, k_sgd = jax.random.split(ts.key)
-    value_carry = es.carry.value
-    es, data = unroll(env, agent, config, ts.params, ts.normalizer, es)
-    normalizer = ts.normalizer
-    if config.normalize_observations:
-        normalizer = running_statistics.update(normalizer, data.obs, pmap_axis_name=AXIS)
-    advantages, returns, value_core = advantages_and_returns(
-        agent, config, ts, normalizer, value_carry, data, es
-    )
+    es, batch = collect(env, agent, config, ts, es)
+    data = batch.data
     params, opt_state, terms = sgd(
-        agent, config, optimizer, ts, normalizer, data, advantages, returns, k_sgd
+        agent, config, optimizer, ts, ts.normalizer, data, batch.advantages, batch.returns, k_sgd
     )
+    normalizer = ts.normalizer
+    if config.normalize_observations:  # after learning: see the module docstring
+        normalizer = running_statistics.update(normalizer, data.obs, pmap_axis_name=AXIS)
     ts = ts.replace(
         params=params,
         opt_state=opt_state,
@@ -179,7 +212,7 @@ def iteration(env, agent, config, optimizer, ts: TrainingState, es: EnvState):
         key=key,
         iterations=ts.iterations + 1,
     )
-    es = es.replace(carry=es.carry.replace(value=value_core))
+    es = es.replace(carry=es.carry.replace(value=batch.value_core))
     done = data.done
     stats = IterationStats(
         totals={
