@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import pathlib
+import re
 import shutil
 import warnings
 
@@ -64,9 +65,15 @@ def _digest(leaves) -> str:
     return h.hexdigest()
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def _structure(treedef: jax.tree_util.PyTreeDef) -> str:
-    """The tree structure with its static data (names, distribution flags) as text."""
-    return str(treedef)
+    """The tree structure with its static data (names, distribution flags) as text.
+
+    Memory addresses are dropped: static data without a value-based repr (MJX's
+    contact-layout wrappers in an mjx.Data) would otherwise differ on every run."""
+    return _ADDRESS.sub("", str(treedef))
 
 
 def _flatten(tree) -> tuple[list[list], list, jax.tree_util.PyTreeDef]:
@@ -198,7 +205,7 @@ def _restore_step(directory: pathlib.Path, like, step: int):
         raise ValueError(
             f"step {step} in {directory} does not match `like`: {_diff(saved, described)}"
         )
-    if structure is not None and structure != _structure(treedef):
+    if structure is not None and _ADDRESS.sub("", structure) != _structure(treedef):
         raise ValueError(
             f"step {step} in {directory} does not match `like`: its tree structure or static "
             f"data (names, distribution flags) differ:\n  saved: {structure}\n  like:  "

@@ -11,7 +11,8 @@ from metarl import contexts as C
 from metarl.envs.toy import Puck
 
 SYS = Puck().sys
-floats = st.floats(-100, 100, allow_nan=False, width=32)
+# XLA on CPU flushes subnormal floats to zero, so bounds like 1e-40 are not representable there.
+floats = st.floats(-100, 100, allow_nan=False, allow_subnormal=False, width=32)
 
 
 def _bind(space, backend="generalized", sys=SYS):

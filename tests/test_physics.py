@@ -32,7 +32,15 @@ PERTURB = {
     "density": (False, False, lambda d: d + 1000.0),
     "timestep": (False, False, lambda d: d * 1.3),
     "elasticity": (False, True, lambda d: d + 0.5),
+    "com_offset": (False, True, lambda d: d + 0.05),
+    # MJX-only quantities that need a model feature the puck lacks (frictionloss > 0,
+    # position servos, contact pairs): tests/test_model_envs.py perturbs them on an MJCF.
+    "frictionloss": (False, True, lambda d: d * 3.0),
+    "actuator_kp": (False, True, lambda d: d * 2.0),
+    "actuator_kd": (False, True, lambda d: d + 1.0),
+    "pair_friction": (False, True, lambda d: d * 0.2),
 }
+NEEDS_MODEL_FEATURE = {"frictionloss", "actuator_kp", "actuator_kd", "pair_friction"}
 
 
 def test_every_canonical_quantity_has_a_perturbation():
@@ -40,7 +48,9 @@ def test_every_canonical_quantity_has_a_perturbation():
 
 
 def _supported(backend):
-    return [n for n, q in QUANTITIES.items() if backend in q.backends]
+    return [
+        n for n, q in QUANTITIES.items() if backend in q.backends and n not in NEEDS_MODEL_FEATURE
+    ]
 
 
 def _space(values: dict, backend: str) -> C.ContextSpace:
@@ -184,7 +194,8 @@ def test_default_context_reproduces_plain_brax(make_env, backend):
 def _placeholders(env, backend):
     """Values of the right shapes, to build a probe env that reports the true defaults."""
     return {
-        n: QUANTITIES[n].default(env.sys) if PERTURB[n][1] else 1.0 for n in _supported(backend)
+        n: np.asarray(QUANTITIES[n].default(env.sys)) if PERTURB[n][1] else 1.0
+        for n in _supported(backend)
     }
 
 

@@ -11,6 +11,7 @@ space = C.ContextSpace({
 ```
 """
 
+from metarl.contexts import names
 from metarl.contexts.distributions import (
     Choice,
     Distribution,
@@ -40,4 +41,5 @@ __all__ = [
     "TruncatedNormal",
     "Uniform",
     "bind",
+    "names",
 ]

@@ -16,8 +16,14 @@ stale:
   volume (MuJoCo does that only at compile time): vary `mass` as well if the
   bodies should get heavier.
 
-A setter receives the *current* System (other quantities may already have
-been applied) and the new per-element values, never a Python constant.
+The same quantities apply to a plain `mjx.Model` (MuJoCo Playground envs and
+a user's own MJCF), where only the MuJoCo copies exist: setters write the
+Brax-only copies only when the model is a Brax `System`.
+
+A setter receives the *current* model (other quantities may already have
+been applied) and the new per-element values, never a Python constant;
+`default` works on traced models too (name selection reads the current
+values of the elements it leaves alone).
 """
 
 from __future__ import annotations
@@ -47,6 +53,10 @@ class Quantity:
       backends: backends that simulate it; `unsupported_hint` says what to do elsewhere.
       requires: extra check (sys, backend) -> error message or None.
       prepare: (sys, backend) -> sys, run once at bind time (switches, ...).
+      live: sys -> bool mask of the elements the physics reads at all (None: all).
+        MJX builds some constraint rows only where the loaded value is nonzero;
+        varying another element would be a silent no-op, so it is refused.
+      dead_hint: why an element is not live, for that error.
     """
 
     units: str
@@ -60,56 +70,78 @@ class Quantity:
     unsupported_hint: str = ""
     requires: Callable[[System, str], str | None] = lambda sys, backend: None
     prepare: Callable[[System, str], System] = lambda sys, backend: sys
+    live: Callable[[System], np.ndarray] | None = None
+    dead_hint: str = ""
 
 
-def _f32(x) -> np.ndarray:
-    return np.asarray(x, dtype=np.float32)
+def _f32(x) -> jnp.ndarray:
+    return jnp.asarray(x, dtype=jnp.float32)
+
+
+def _brax(sys) -> bool:
+    """True for a Brax System (two copies of many fields), False for a plain mjx.Model."""
+    return isinstance(sys, System)
+
+
+def _write(sys, fields: dict):
+    """`tree_replace` on a Brax System or an mjx.Model (both PyTreeNodes)."""
+    return sys.tree_replace(fields)
 
 
 # ---- gravity: the magnitude, along the loaded direction ----
 def _gravity_default(sys):
-    return _f32(np.linalg.norm(np.asarray(sys.opt.gravity, np.float64)))
+    return np.float32(np.linalg.norm(np.asarray(sys.opt.gravity, np.float64)))
 
 
 def _gravity_apply(sys, g):
     g0 = _gravity_default(sys)
     if g0 == 0:  # no loaded direction: point down
         vec = jnp.array([0.0, 0.0, -1.0]) * g
-        return sys.tree_replace({"gravity": vec, "opt.gravity": vec})
-    ratio = g / g0
-    return sys.tree_replace(
-        {"gravity": sys.gravity * ratio, "opt.gravity": sys.opt.gravity * ratio}
-    )
+        fields = {"gravity": vec, "opt.gravity": vec}
+    else:
+        ratio = g / g0
+        fields = {"opt.gravity": sys.opt.gravity * ratio}
+        if _brax(sys):
+            fields["gravity"] = sys.gravity * ratio
+    if not _brax(sys):
+        fields.pop("gravity", None)
+    return _write(sys, fields)
 
 
 # ---- mass: per body (world excluded); inertia and inverse weights follow ----
+def _mass_default(sys):
+    return _f32(sys.link.inertia.mass if _brax(sys) else sys.body_mass[1:])
+
+
 def _mass_apply(sys, m):
-    m0 = sys.link.inertia.mass
+    m0 = _mass_default(sys)
     ratio = jnp.where(m0 > 0, m / jnp.where(m0 > 0, m0, 1.0), 1.0)
-    return _scale_inertia(sys, ratio, translational=True).tree_replace(
-        {
-            "link.inertia.mass": m,
-            "body_mass": sys.body_mass.at[1:].set(m),
-            "body_subtreemass": sys.body_subtreemass
-            + jnp.asarray(_subtree_matrix(sys)[:, 1:]) @ (m - m0),
-        }
-    )
+    fields = {
+        "body_mass": sys.body_mass.at[1:].set(m),
+        "body_subtreemass": sys.body_subtreemass
+        + jnp.asarray(_subtree_matrix(sys)[:, 1:]) @ (m - m0),
+    }
+    if _brax(sys):
+        fields["link.inertia.mass"] = m
+    return _write(_scale_inertia(sys, ratio, translational=True), fields)
 
 
 def _scale_inertia(sys, ratio, translational):
     """Scales inertia tensors by `ratio` per body, inverse weights by 1/ratio."""
     body = np.asarray(sys.dof_bodyid) - 1
     fields = {
-        "link.inertia.i": sys.link.inertia.i * ratio[:, None, None],
         "body_inertia": sys.body_inertia.at[1:].multiply(ratio[:, None]),
         "body_invweight0": sys.body_invweight0.at[1:, 1].divide(ratio),
-        "dof.invweight": sys.dof.invweight / ratio[body],
         "dof_invweight0": sys.dof_invweight0 / ratio[body],
     }
+    if _brax(sys):
+        fields["link.inertia.i"] = sys.link.inertia.i * ratio[:, None, None]
+        fields["dof.invweight"] = sys.dof.invweight / ratio[body]
     if translational:
-        fields["link.invweight"] = sys.link.invweight / ratio
+        if _brax(sys):
+            fields["link.invweight"] = sys.link.invweight / ratio
         fields["body_invweight0"] = fields["body_invweight0"].at[1:, 0].divide(ratio)
-    return sys.tree_replace(fields)
+    return _write(sys, fields)
 
 
 def _subtree_matrix(sys) -> np.ndarray:
@@ -129,6 +161,8 @@ def _subtree_matrix(sys) -> np.ndarray:
 
 def _spring_scale_check(field, quantity):
     def check(sys, backend):
+        if not _brax(sys):
+            return None
         if backend in ("positional", "spring") and float(getattr(sys, field)) >= 1.0:
             return (
                 f"'{quantity}' changes nothing on the {backend!r} backend for this env: its "
@@ -146,19 +180,23 @@ def _dof_field(brax_path, mjx_field):
         return _f32(getattr(sys, mjx_field))
 
     def apply(sys, v):
-        return sys.tree_replace({brax_path: v, mjx_field: v})
+        return _write(sys, {brax_path: v, mjx_field: v} if _brax(sys) else {mjx_field: v})
 
     return default, apply
 
 
 def _stiffness_apply(sys, v):
-    return sys.tree_replace({"jnt_stiffness": v, "dof.stiffness": v[np.asarray(sys.dof_jntid)]})
+    fields = {"jnt_stiffness": v}
+    if _brax(sys):
+        fields["dof.stiffness"] = v[np.asarray(sys.dof_jntid)]
+    return _write(sys, fields)
 
 
 def _gain_apply(sys, v):
-    return sys.tree_replace(
-        {"actuator.gear": v, "actuator_gear": sys.actuator_gear.at[:, 0].set(v)}
-    )
+    fields = {"actuator_gear": sys.actuator_gear.at[:, 0].set(v)}
+    if _brax(sys):
+        fields["actuator.gear"] = v
+    return _write(sys, fields)
 
 
 def _geom_size_apply(sys, s):
@@ -181,7 +219,7 @@ def _fluid_field(name):
         return _f32(getattr(sys.opt, name))
 
     def apply(sys, v):
-        return sys.tree_replace({f"opt.{name}": v, name: v})
+        return _write(sys, {f"opt.{name}": v, name: v} if _brax(sys) else {f"opt.{name}": v})
 
     return default, apply
 
@@ -195,6 +233,50 @@ _JOINT_HINT = (
     "damping fields are available as raw paths 'vel_damping' and 'ang_damping'."
 )
 
+# ---- quantities MuJoCo Playground's randomizers vary (MJX backends) ----
+_MJX = frozenset({"mjx"})
+_MJX_HINT = "only MuJoCo's own solver (backend='mjx', Playground envs, MJCF envs) models it."
+_AFFINE = 1  # mjtBias.mjBIAS_AFFINE
+
+
+def _com_offset_apply(sys, offset):
+    """Shifts each body's centre of mass by `offset` (n, 3) from where it is now
+    (only this quantity moves it, so from where the model loaded it)."""
+    pos = sys.body_ipos.at[1:].add(offset)
+    fields = {"body_ipos": pos}
+    if _brax(sys):
+        fields["link.inertia.transform.pos"] = pos[1:]
+    return _write(sys, fields)
+
+
+def _position_servos(sys) -> np.ndarray:
+    bias = np.asarray(sys.actuator_biasprm)
+    return (np.asarray(sys.actuator_biastype) == _AFFINE) & (bias[:, 1] != 0)
+
+
+def _kp_apply(sys, kp):
+    return _write(
+        sys,
+        {
+            "actuator_gainprm": sys.actuator_gainprm.at[:, 0].set(kp),
+            "actuator_biasprm": sys.actuator_biasprm.at[:, 1].set(-kp),
+        },
+    )
+
+
+def _kd_apply(sys, kd):
+    return _write(sys, {"actuator_biasprm": sys.actuator_biasprm.at[:, 2].set(-kd)})
+
+
+def _pairs_check(sys, backend):
+    if sys.npair == 0:
+        return (
+            "'pair_friction' needs explicit contact pairs (<contact><pair> in the MJCF); this "
+            "model has none: vary 'friction' (per geom) instead"
+        )
+    return None
+
+
 _damping = _dof_field("dof.damping", "dof_damping")
 _armature = _dof_field("dof.armature", "dof_armature")
 _viscosity = _fluid_field("viscosity")
@@ -205,7 +287,7 @@ QUANTITIES: dict[str, Quantity] = {
     "mass": Quantity(
         units="kg",
         elements="bodies",
-        default=lambda sys: _f32(sys.link.inertia.mass),
+        default=_mass_default,
         apply=_mass_apply,
         strict=True,
         requires=_spring_scale_check("spring_mass_scale", "mass"),
@@ -213,7 +295,7 @@ QUANTITIES: dict[str, Quantity] = {
     "inertia": Quantity(
         units="x default",
         elements="bodies",
-        default=lambda sys: np.ones(sys.num_links(), np.float32),
+        default=lambda sys: jnp.ones(sys.nbody - 1, jnp.float32),
         apply=lambda sys, r: _scale_inertia(sys, r, translational=False),
         strict=True,
         absolute=False,
@@ -259,7 +341,7 @@ QUANTITIES: dict[str, Quantity] = {
     "geom_size": Quantity(
         units="x default",
         elements="geoms",
-        default=lambda sys: np.ones(sys.ngeom, np.float32),
+        default=lambda sys: jnp.ones(sys.ngeom, jnp.float32),
         apply=_geom_size_apply,
         strict=True,
         absolute=False,
@@ -288,6 +370,54 @@ QUANTITIES: dict[str, Quantity] = {
         default=lambda sys: _f32(sys.opt.timestep),
         apply=lambda sys, v: sys.tree_replace({"opt.timestep": v}),
         strict=True,
+    ),
+    "frictionloss": Quantity(
+        units="N m",
+        elements="dofs",
+        default=lambda sys: _f32(sys.dof_frictionloss),
+        apply=lambda sys, v: _write(sys, {"dof_frictionloss": v}),
+        backends=_MJX,
+        unsupported_hint=_MJX_HINT,
+        live=lambda sys: np.asarray(sys.dof_frictionloss) > 0,
+        dead_hint="MJX builds a dof's frictionloss constraint only where the model loads it "
+        "> 0, so any other value there would change nothing",
+    ),
+    "com_offset": Quantity(
+        units="m, added to the loaded centre of mass (x, y, z)",
+        elements="bodies",
+        default=lambda sys: jnp.zeros((sys.nbody - 1, 3), jnp.float32),
+        apply=_com_offset_apply,
+        lower=None,
+    ),
+    "actuator_kp": Quantity(
+        units="N/m or N m/rad",
+        elements="actuators",
+        default=lambda sys: _f32(sys.actuator_gainprm[:, 0]),
+        apply=_kp_apply,
+        backends=_MJX,
+        unsupported_hint=_MJX_HINT,
+        live=_position_servos,
+        dead_hint="it is not a position servo (affine bias with biasprm[1] = -kp): vary "
+        "'actuator_gain' for motors",
+    ),
+    "actuator_kd": Quantity(
+        units="N s/m or N m s/rad",
+        elements="actuators",
+        default=lambda sys: -_f32(sys.actuator_biasprm[:, 2]),
+        apply=_kd_apply,
+        backends=_MJX,
+        unsupported_hint=_MJX_HINT,
+        live=lambda sys: np.asarray(sys.actuator_biastype) == _AFFINE,
+        dead_hint="its bias is not affine, so MuJoCo never reads a damping gain for it",
+    ),
+    "pair_friction": Quantity(
+        units="coefficient",
+        elements="pairs",
+        default=lambda sys: _f32(sys.pair_friction[:, 0]),
+        apply=lambda sys, v: _write(sys, {"pair_friction": sys.pair_friction.at[:, 0].set(v)}),
+        backends=_MJX,
+        unsupported_hint=_MJX_HINT,
+        requires=_pairs_check,
     ),
     "elasticity": Quantity(
         units="restitution",

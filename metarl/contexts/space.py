@@ -5,10 +5,18 @@ leaves are the distributions' numbers, so a space can be passed into jitted
 code and replaced by another with the same names, kinds and shapes (a
 curriculum's new ranges) without recompiling.
 
-A space means nothing until it is bound to a System and a backend
+A space means nothing until it is bound to a model and a backend
 (`bind(space, sys, backend)`), which resolves every name, checks it against
 the fields that backend really reads and the shape of each field, and returns
-a `Binding` that samples and applies contexts inside jit.
+a `Binding` that samples and applies contexts inside jit. The model is a Brax
+`System` or a plain `mjx.Model` (Playground and MJCF envs).
+
+A name is one of:
+* a canonical quantity (``"mass"``), optionally with elements chosen by MJCF
+  name, pattern or index (``"mass[torso]"``, ``"friction[floor]"``; see
+  `metarl.contexts.names`);
+* a task parameter the env declares in its ``task_params`` (a goal distance);
+* a raw model path (``"geom_friction[:, 1]"``), for experts.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import numpy as np
 from brax.base import System
 from flax import struct
 
+from metarl.contexts import names as element_names
 from metarl.contexts import paths
 from metarl.contexts.distributions import Choice, Distribution, Normal
 from metarl.contexts.quantities import QUANTITIES, UNREAD, Quantity
@@ -191,23 +200,41 @@ CANONICAL_NAMES = tuple(QUANTITIES)
 
 
 @dataclasses.dataclass(frozen=True)
+class TaskParam:
+    """A parameter of the env's own task (a goal distance, a target direction),
+    declared by the env as ``task_params = {name: default}`` and read by its
+    reset and step from ``self.task_params``; metarl swaps in the drawn values."""
+
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
 class _Entry:
     name: str
-    target: Quantity | paths.RawPath
-    shape: tuple[int, ...]  # element shape of the quantity
+    target: Quantity | paths.RawPath | TaskParam
+    shape: tuple[int, ...]  # element shape of the quantity (of the selected elements)
     default: np.ndarray  # default values, shape `shape`
     relative: bool
     per_element: bool
+    select: np.ndarray | None = None  # chosen element indices (name selection)
 
     @property
     def draw_shape(self) -> tuple[int, ...]:
         return self.shape if self.per_element else ()
 
-    def write(self, sys: System, draw: jax.Array) -> System:
+    def value(self, draw: jax.Array) -> jax.Array:
+        """The drawn context in the target's units, one value per element."""
         value = jnp.broadcast_to(draw, self.shape)
-        if self.relative:
-            value = value * self.default
+        return value * self.default if self.relative else value
+
+    def write(self, sys: System, draw: jax.Array) -> System:
+        value = self.value(draw)
+        if isinstance(self.target, TaskParam):
+            return sys
         if isinstance(self.target, Quantity):
+            if self.select is not None:  # the other elements keep their current values
+                current = jnp.asarray(self.target.default(sys), jnp.float32)
+                value = current.at[self.select].set(value)
             return self.target.apply(sys, value)
         return self.target.write(sys, value)
 
@@ -238,8 +265,9 @@ class Binding:
 
     space: ContextSpace
     backend: str
-    sys: System  # the default System, with any switch a quantity needs turned on
+    sys: System  # the default model (Brax System or mjx.Model), switches turned on
     entries: tuple[_Entry, ...]
+    task: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # env's task defaults
 
     def sample(self, key: jax.Array, ranges: ContextSpace | None = None) -> Context:
         """Draws one context {name: value}; `ranges` defaults to the bound space."""
@@ -251,11 +279,24 @@ class Binding:
         }
 
     def apply(self, context: Context) -> System:
-        """The default System with `context` written into every field the backend reads."""
+        """The default model with `context` written into every field the backend reads."""
         sys = self.sys
         for e in self.entries:
             sys = e.write(sys, context[e.name])
         return sys
+
+    @property
+    def task_defaults(self) -> dict[str, Any]:
+        """The env's own task parameters (empty when it declares none)."""
+        return dict(self.task)
+
+    def task_params(self, context: Context) -> dict[str, jax.Array]:
+        """The env's task parameters with the drawn task contexts written in."""
+        out = {k: jnp.asarray(v, jnp.float32) for k, v in self.task.items()}
+        for e in self.entries:
+            if isinstance(e.target, TaskParam):
+                out[e.name] = e.value(context[e.name])
+        return out
 
     def default_context(self) -> Context:
         """The environment's own values in each entry's units (1 where relative).
@@ -325,17 +366,28 @@ def _normaliser(dist: Distribution) -> tuple[np.ndarray, np.ndarray]:
     return offset, np.where(flat, np.maximum(np.abs(offset), 1.0), scale)
 
 
-def _unknown(name: str, reason: str) -> ValueError:
+def _unknown(name: str, reason: str, task: Mapping[str, Any] = {}) -> ValueError:  # noqa: B006
+    tasks = f"; this env's task parameters: {', '.join(task)}" if task else ""
     return ValueError(
         f"unknown context name {name!r}: {reason}. Valid canonical names: "
-        f"{', '.join(CANONICAL_NAMES)}; or a raw System path such as "
+        f"{', '.join(CANONICAL_NAMES)} (optionally with elements chosen by name, e.g. "
+        f"'mass[torso]'){tasks}; or a raw System path such as "
         "'geom_friction[:, 0]' or 'link.inertia.mass[1]'"
     )
 
 
-def _resolve(name: str, sys: System, backend: str) -> tuple[Quantity | paths.RawPath, np.ndarray]:
-    if name in QUANTITIES:
-        q = QUANTITIES[name]
+_Resolved = tuple[Quantity | paths.RawPath | TaskParam, np.ndarray, np.ndarray | None]
+
+
+def _resolve(
+    name: str, sys: System, backend: str, task: Mapping[str, Any], stale: Mapping[str, str]
+) -> _Resolved:
+    """(target, default values, selected element indices or None) for one name."""
+    base, selector = element_names.split(name)
+    if base in stale or (selector is None and name in stale):
+        raise ValueError(f"context {name!r} is refused for this env: {stale[base]}")
+    if base in QUANTITIES:
+        q = QUANTITIES[base]
         if backend not in q.backends:
             raise ValueError(
                 f"context {name!r} is not simulated by the {backend!r} backend: "
@@ -344,13 +396,27 @@ def _resolve(name: str, sys: System, backend: str) -> tuple[Quantity | paths.Raw
         problem = q.requires(sys, backend)
         if problem:
             raise ValueError(problem)
-        return q, q.default(sys)
+        default = np.asarray(q.default(sys), np.float32)
+        select = None
+        if selector is not None:
+            if not q.elements:
+                raise ValueError(
+                    f"context {name!r}: {base!r} is a single value, it has no elements to choose"
+                )
+            select = element_names.select(sys, q.elements, selector, name)
+            default = default[select]
+        _check_live(name, q, sys, select)
+        return q, default, select
+    if name in task:
+        return TaskParam(name), np.asarray(task[name], np.float32), None
     try:
         raw = paths.parse(name)
     except ValueError as e:
-        raise _unknown(name, str(e)) from None
+        raise _unknown(name, str(e), task) from None
     if raw is None:
-        raise _unknown(name, "not a canonical quantity nor a System path")
+        raise _unknown(name, "not a canonical quantity, a task parameter nor a System path", task)
+    if raw.field in stale:
+        raise ValueError(f"raw path {name!r} is refused for this env: {stale[raw.field]}")
     for prefix in UNREAD.get(backend, ()):
         if raw.field == prefix or (prefix.endswith(".") and raw.field.startswith(prefix)):
             raise ValueError(
@@ -360,11 +426,33 @@ def _resolve(name: str, sys: System, backend: str) -> tuple[Quantity | paths.Raw
                 "which writes the fields each backend reads"
             )
     try:
-        return raw, paths.resolve(raw, sys)
+        return raw, paths.resolve(raw, sys), None
     except ValueError as e:
         if not hasattr(sys, raw.field.split(".")[0]):
-            raise _unknown(name, str(e)) from None
+            raise _unknown(name, str(e), task) from None
         raise
+
+
+def _check_live(name: str, q: Quantity, sys: System, select: np.ndarray | None) -> None:
+    """Refuses elements the physics never reads (a silent no-op otherwise)."""
+    if q.live is None:
+        return
+    live = np.asarray(q.live(sys), bool)
+    chosen = np.arange(live.shape[0]) if select is None else select
+    dead = [int(i) for i in chosen if not live[i]]
+    if not dead:
+        return
+    labels = element_names.element_names(sys, q.elements)
+    shown = [labels[i] or f"index {i}" for i in dead]
+    usable = [labels[i] or str(i) for i in np.flatnonzero(live)]
+    hint = (
+        f"choose the others by name: '{element_names.split(name)[0]}[{', '.join(usable)}]'"
+        if usable
+        else "no element of this model can take it"
+    )
+    raise ValueError(
+        f"context {name!r}: {q.elements} {', '.join(shown)} would not change: {q.dead_hint}; {hint}"
+    )
 
 
 def _check_values(e: _Entry, dist: Distribution) -> None:
@@ -383,6 +471,8 @@ def _check_values(e: _Entry, dist: Distribution) -> None:
                 f"does not fit the field (element shape {e.shape}); expected {what}"
                 + ("" if dist.per_element else "; pass per_element=True for per-element values")
             )
+    if isinstance(e.target, TaskParam):
+        return  # the env's own task: any value its reset and step accept
     if isinstance(e.target, Quantity):
         lower, strict, units = e.target.lower, e.target.strict, e.target.units
     else:
@@ -451,8 +541,22 @@ def _written(e: _Entry, sys: System) -> dict[str, np.ndarray]:
 
 def _check_overlaps(entries: list[_Entry], sys: System) -> None:
     """A raw path that writes the same elements of a System field as another name
-    would fight with it (one overwrites the other): refuse. Canonical quantities are
-    designed to compose (mass and inertia both scale the inertia tensor)."""
+    would fight with it (one overwrites the other): refuse, as for one canonical
+    quantity named twice over the same elements ("mass" and "mass[torso]").
+    Different canonical quantities are designed to compose (mass and inertia both
+    scale the inertia tensor)."""
+    for i, e in enumerate(entries):  # one quantity twice: its selections must not overlap
+        for other in entries[:i]:
+            if isinstance(e.target, Quantity) and e.target is other.target:
+                mine, theirs = (
+                    set(range(10**6)) if x.select is None else set(x.select.tolist())
+                    for x in (e, other)
+                )
+                if mine & theirs:
+                    raise ValueError(
+                        f"contexts {other.name!r} and {e.name!r} both write the same elements "
+                        "of one quantity (one would overwrite the other): keep one of them"
+                    )
     seen: dict[str, list[tuple[_Entry, np.ndarray]]] = {}
     for e in entries:
         for field, mask in _written(e, sys).items():
@@ -468,8 +572,24 @@ def _check_overlaps(entries: list[_Entry], sys: System) -> None:
             seen.setdefault(field, []).append((e, mask))
 
 
-def bind(space: ContextSpace, sys: System, backend: str) -> Binding:
-    """Resolves every name of `space` for `backend`; raises ValueError on any problem."""
+def bind(
+    space: ContextSpace,
+    sys: System,
+    backend: str,
+    task: Mapping[str, Any] | None = None,
+    stale: Mapping[str, str] | None = None,
+) -> Binding:
+    """Resolves every name of `space` for `backend`; raises ValueError on any problem.
+
+    `sys` is a Brax System or an mjx.Model; `task` the env's own task parameters
+    ({name: default}); `stale` maps quantity names and raw fields the env caches at
+    construction (so changing them would go stale) to the reason they are refused.
+    """
+    task = dict(task or {})
+    stale = dict(stale or {})
+    clash = sorted(set(task) & set(QUANTITIES))
+    if clash:
+        raise ValueError(f"task parameters {clash} shadow canonical quantities: rename them")
     if not isinstance(space, ContextSpace):
         if isinstance(space, Mapping):
             space = ContextSpace(space)
@@ -477,7 +597,7 @@ def bind(space: ContextSpace, sys: System, backend: str) -> Binding:
             raise ValueError(f"expected a ContextSpace, got {type(space).__name__}")
     entries = []
     for name, dist in space.items():
-        target, default = _resolve(name, sys, backend)
+        target, default, select = _resolve(name, sys, backend, task, stale)
         if isinstance(target, Quantity):
             sys = target.prepare(sys, backend)
             if not dist.relative and not target.absolute:
@@ -496,10 +616,16 @@ def bind(space: ContextSpace, sys: System, backend: str) -> Binding:
                 "scale would change nothing; use absolute values (relative=False)"
             )
         entry = _Entry(
-            name, target, shape, np.asarray(default, np.float32), dist.relative, dist.per_element
+            name,
+            target,
+            shape,
+            np.asarray(default, np.float32),
+            dist.relative,
+            dist.per_element,
+            select,
         )
         _check_values(entry, dist)
         entries.append(entry)
     if len(entries) > 1:
         _check_overlaps(entries, sys)
-    return Binding(space=space, backend=backend, sys=sys, entries=tuple(entries))
+    return Binding(space=space, backend=backend, sys=sys, entries=tuple(entries), task=task)

@@ -1,9 +1,14 @@
-"""Contextual Brax environments: a fresh physics context per episode or trial."""
+"""Contextual environments (Brax, MuJoCo Playground, your own MJCF): a fresh context per
+episode or trial."""
 
-from metarl.envs import toy  # noqa: F401  (registers the "puck" env)
+from metarl.envs import (
+    goals,  # noqa: F401  (registers "reacher_goal")
+    toy,  # noqa: F401  (registers the "puck" env)
+)
 from metarl.envs.autoreset import STRATEGIES as RESET_STRATEGIES
 from metarl.envs.check import ContractError, check_env
 from metarl.envs.contextual import CONTEXT, TRIAL, ContextualEnv, TrialInfo, make_contextual
+from metarl.envs.mjcf import MjcfEnv
 
 __all__ = [
     "CONTEXT",
@@ -11,6 +16,7 @@ __all__ = [
     "TRIAL",
     "ContextualEnv",
     "ContractError",
+    "MjcfEnv",
     "TrialInfo",
     "check_env",
     "make_contextual",

@@ -1,4 +1,7 @@
-"""`ContextualEnv`: a Brax env whose physics is resampled per episode or trial.
+"""`ContextualEnv`: an env whose physics is resampled per episode or trial.
+
+The env is a Brax env, a MuJoCo Playground env or a user's own MJCF
+(`metarl.envs.MjcfEnv`); `metarl.envs.sources` adapts each to one interface.
 
 One env (batch it with `jax.vmap`). `reset(rng, ranges)` draws a context from
 `ranges` (a `ContextSpace`; the bound space if None), writes it into the
@@ -14,7 +17,6 @@ Per-step bookkeeping lives in ``state.info["trial"]``, a typed `TrialInfo`.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import jax
@@ -25,7 +27,9 @@ from brax.envs.base import Env, PipelineEnv, State
 from flax import struct
 
 from metarl.contexts import BACKENDS, Binding, Context, ContextSpace, bind
+from metarl.envs import sources
 from metarl.envs.autoreset import check_strategy, where_done
+from metarl.envs.mjcf import MjcfEnv
 
 CONTEXT = "context"  # state.info key: {name: sampled value}
 TRIAL = "trial"  # state.info key: TrialInfo
@@ -50,17 +54,6 @@ class TrialInfo:
     final_obs: Any  # observation the finished episode ended on (== obs where not done)
 
 
-@contextlib.contextmanager
-def _system(env: PipelineEnv, sys):
-    """Temporarily gives `env` another System (traced values are fine)."""
-    old = env.sys
-    env.sys = sys
-    try:
-        yield env
-    finally:
-        env.sys = old
-
-
 def _strong(tree):
     """Drops JAX weak types (a Python float in env code) so that states keep one
     signature from call to call: a weak-typed leaf would recompile the trainer."""
@@ -77,7 +70,7 @@ class ContextualEnv(Env):
 
     def __init__(
         self,
-        env: PipelineEnv,
+        env: sources.Source,
         binding: Binding,
         episode_length: int,
         episodes_per_trial: int,
@@ -110,8 +103,9 @@ class ContextualEnv(Env):
         return self._env.backend
 
     @property
-    def unwrapped(self) -> Env:
-        return self._env
+    def unwrapped(self) -> Any:
+        """The env as given: a Brax PipelineEnv, a Playground env or an MjcfEnv."""
+        return self._env.env
 
     @property
     def space(self) -> ContextSpace:
@@ -161,7 +155,7 @@ class ContextualEnv(Env):
     def discrete_actions(self) -> bool:
         """True if the wrapped env takes an int action index (it sets
         ``discrete_actions = True``), False for a float action vector."""
-        return bool(getattr(self._env, "discrete_actions", False))
+        return bool(getattr(self._env.env, "discrete_actions", False))
 
     def step(self, state: State, action: jax.Array) -> State:
         expected = () if self.discrete_actions else (self.action_size,)
@@ -229,7 +223,8 @@ class ContextualEnv(Env):
 
     # ---- internals ----
     def _call(self, fn, context: Context, *args):
-        with _system(self._env, self.binding.apply(context)):
+        b = self.binding
+        with self._env.using(b.apply(context), b.task_params(context)):
             return fn(*args)
 
     def _first(self, operand) -> tuple[State, Context]:
@@ -254,8 +249,50 @@ class ContextualEnv(Env):
         return jnp.concatenate([base_obs, c])
 
 
+def _source(env: Any, backend: str | None, env_kwargs: dict) -> sources.Source:
+    """The env argument of `make_contextual` as a source."""
+    if isinstance(env, str) and env.startswith(sources.PLAYGROUND_PREFIX):
+        if backend not in (None, "mjx"):
+            raise ValueError(
+                f"Playground envs run on MJX: backend must be None or 'mjx', got {backend!r}"
+            )
+        name = env[len(sources.PLAYGROUND_PREFIX) :]
+        return sources.PlaygroundSource(sources.load_playground(name, env_kwargs))
+    if isinstance(env, str):
+        known = sorted(brax_envs._envs)  # noqa: SLF001 - Brax has no public listing
+        if env not in known:
+            raise ValueError(
+                f"unknown Brax env {env!r}; valid names: {', '.join(known)} (or "
+                f"'{sources.PLAYGROUND_PREFIX}<name>' for a MuJoCo Playground env)"
+            )
+        if backend is not None:
+            env_kwargs["backend"] = backend
+        return sources.BraxSource(brax_envs.get_environment(env, **env_kwargs))
+    if env_kwargs:
+        raise ValueError(f"env_kwargs {sorted(env_kwargs)} only apply to an env given by name")
+    if isinstance(env, PipelineEnv):
+        if backend is not None and backend != env.backend:
+            raise ValueError(
+                f"backend={backend!r} differs from the instance's backend {env.backend!r}; "
+                "build the instance with that backend instead"
+            )
+        return sources.BraxSource(env)
+    if isinstance(env, MjcfEnv) or sources.is_playground_env(env):
+        if backend not in (None, "mjx"):
+            raise ValueError(
+                f"{type(env).__name__} runs on MJX: backend must be None or 'mjx', got {backend!r}"
+            )
+        return env if isinstance(env, MjcfEnv) else sources.PlaygroundSource(env)
+    raise ValueError(
+        "env must be a Brax env name, an unwrapped brax.envs.PipelineEnv, "
+        f"'{sources.PLAYGROUND_PREFIX}<name>', a MuJoCo Playground env or a metarl.envs.MjcfEnv; "
+        f"got {type(env).__name__} (pass the env before any training wrapper: metarl "
+        "handles episodes and resets itself)"
+    )
+
+
 def make_contextual(
-    env: str | PipelineEnv,
+    env: Any,
     space: ContextSpace,
     *,
     backend: str | None = None,
@@ -266,12 +303,16 @@ def make_contextual(
     reset_strategy: str = "auto",
     **env_kwargs,
 ) -> ContextualEnv:
-    """A contextual version of a Brax env (a registry name or a PipelineEnv).
+    """A contextual version of an env.
 
     Args:
-      env: a Brax env name (``"hopper"``) or an unwrapped `PipelineEnv` instance.
-      space: the `ContextSpace` of physics quantities to vary.
-      backend: physics backend for a named env (None: the env's default).
+      env: a Brax env name (``"hopper"``) or an unwrapped `PipelineEnv`; a MuJoCo
+        Playground env name (``"playground/CartpoleBalance"``) or instance; or a
+        `metarl.envs.MjcfEnv` (your own MJCF).
+      space: the `ContextSpace` of quantities to vary (physics, elements chosen by
+        name such as ``"mass[torso]"``, or the env's task parameters).
+      backend: physics backend for a Brax env given by name (None: the env's
+        default); Playground and MJCF envs run on "mjx".
       episode_length: steps before an episode is truncated.
       episodes_per_trial: episodes that share one context (RL^2 trials).
       visible_context: False (hidden), True (normalised context appended to the
@@ -283,31 +324,12 @@ def make_contextual(
         on GPU), "loop" (resets only for done envs, in chunks; best on CPU),
         "compact", or "auto" (loop on CPU, dense elsewhere). All give
         identical states.
-      **env_kwargs: passed to the Brax env constructor.
+      **env_kwargs: for a Brax env name, passed to its constructor; for a
+        Playground name, its config overrides (``impl="jax"`` unless given).
     """
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: backend should be in {', '.join(BACKENDS)}")
-    if isinstance(env, str):
-        known = sorted(brax_envs._envs)  # noqa: SLF001 - Brax has no public listing
-        if env not in known:
-            raise ValueError(f"unknown Brax env {env!r}; valid names: {', '.join(known)}")
-        if backend is not None:
-            env_kwargs["backend"] = backend
-        env = brax_envs.get_environment(env, **env_kwargs)
-    elif isinstance(env, PipelineEnv):
-        if env_kwargs:
-            raise ValueError(f"env_kwargs {sorted(env_kwargs)} only apply to an env given by name")
-        if backend is not None and backend != env.backend:
-            raise ValueError(
-                f"backend={backend!r} differs from the instance's backend {env.backend!r}; "
-                "build the instance with that backend instead"
-            )
-    else:
-        raise ValueError(
-            "env must be a Brax env name or an unwrapped brax.envs.PipelineEnv, got "
-            f"{type(env).__name__} (pass the env before Brax's training wrappers: metarl "
-            "handles episodes and resets itself)"
-        )
+    source = _source(env, backend, env_kwargs)
     for name, value, least in (
         ("episode_length", episode_length, 1),
         ("episodes_per_trial", episodes_per_trial, 1),
@@ -317,9 +339,9 @@ def make_contextual(
     if not (isinstance(visible_context, bool) or visible_context == "privileged"):
         raise ValueError(f"visible_context must be one of {VISIBILITY}, got {visible_context!r}")
     check_strategy(reset_strategy)
-    binding = bind(space, env.sys, env.backend)
+    binding = bind(space, source.model, source.backend, source.task_params, source.stale)
     return ContextualEnv(
-        env,
+        source,
         binding,
         episode_length,
         episodes_per_trial,

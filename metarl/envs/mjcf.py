@@ -1,0 +1,145 @@
+"""`MjcfEnv`: a user's own MJCF robot as a metarl env, simulated by MuJoCo-MJX.
+
+Give the model (an MJCF path, an XML string, a `mujoco.MjModel` or an
+`mjx.Model`) and two functions, or subclass and override the methods:
+
+```python
+def observe(data, task):            # mjx.Data -> float[obs_size]
+    return jnp.concatenate([data.qpos, data.qvel])
+
+def reward(data, action, next_data, task):   # -> float[]
+    return next_data.qpos[0] - data.qpos[0]
+
+env = MjcfEnv("robot.xml", observe=observe, reward=reward, n_frames=5)
+contextual = make_contextual(env, C.ContextSpace({"mass[torso]": C.Scale(0.5, 2.0)}))
+```
+
+`task` is the env's ``task_params`` with any task context drawn in. The
+control step is ``n_frames`` physics steps of the *current* timestep, so
+``timestep`` is a safe context here. `MjcfEnv` is itself a metarl env source
+(see `metarl.envs.sources`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+from brax.envs.base import State
+from mujoco import mjx
+
+from metarl.envs.sources import _swapped
+
+Observe = Callable[[mjx.Data, Mapping[str, jax.Array]], jax.Array]
+Reward = Callable[[mjx.Data, jax.Array, mjx.Data, Mapping[str, jax.Array]], jax.Array]
+Terminated = Callable[[mjx.Data, Mapping[str, jax.Array]], jax.Array]
+
+
+def _load(model: Any) -> mjx.Model:
+    if isinstance(model, mjx.Model):
+        return model
+    if isinstance(model, mujoco.MjModel):
+        return mjx.put_model(model)
+    if isinstance(model, str | os.PathLike):
+        text = str(model)
+        if text.lstrip().startswith("<"):
+            return mjx.put_model(mujoco.MjModel.from_xml_string(text))
+        if not os.path.exists(text):
+            raise ValueError(f"MjcfEnv: no MJCF file at {text!r}")
+        return mjx.put_model(mujoco.MjModel.from_xml_path(text))
+    raise ValueError(
+        "MjcfEnv: model must be an MJCF path, an XML string, a mujoco.MjModel or an mjx.Model; "
+        f"got {type(model).__name__}"
+    )
+
+
+class MjcfEnv:
+    """A MuJoCo model plus observation, reward and (optional) termination functions."""
+
+    backend = "mjx"
+    stale: Mapping[str, str] = {}
+    task_params: Mapping[str, Any] = {}
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        observe: Observe | None = None,
+        reward: Reward | None = None,
+        terminated: Terminated | None = None,
+        n_frames: int = 1,
+        reset_noise: float = 0.01,
+        task_params: Mapping[str, Any] | None = None,
+    ):
+        self._mjx_model = _load(model)
+        for name, fn in (("observe", observe), ("reward", reward)):
+            overridden = getattr(type(self), name) is not getattr(MjcfEnv, name)
+            if fn is None and not overridden:
+                raise ValueError(f"MjcfEnv needs {name}=... (a function) or a subclass defining it")
+        self._observe, self._reward, self._terminated = observe, reward, terminated
+        if not isinstance(n_frames, int) or isinstance(n_frames, bool) or n_frames < 1:
+            raise ValueError(f"n_frames must be an integer >= 1, got {n_frames!r}")
+        if reset_noise < 0:
+            raise ValueError(f"reset_noise must be >= 0, got {reset_noise!r}")
+        self.n_frames = n_frames
+        self.reset_noise = float(reset_noise)
+        if task_params is not None:
+            self.task_params = dict(task_params)
+
+    # ---- the functions a user gives or overrides ----
+    def observe(self, data: mjx.Data, task: Mapping[str, jax.Array]) -> jax.Array:
+        return self._observe(data, task)
+
+    def reward(self, data, action, next_data, task) -> jax.Array:
+        return self._reward(data, action, next_data, task)
+
+    def terminated(self, data: mjx.Data, task: Mapping[str, jax.Array]) -> jax.Array:
+        return jnp.zeros(()) if self._terminated is None else self._terminated(data, task)
+
+    # ---- the source interface ----
+    @property
+    def env(self) -> MjcfEnv:
+        return self
+
+    @property
+    def model(self) -> mjx.Model:
+        return self._mjx_model
+
+    mjx_model = model
+
+    @property
+    def action_size(self) -> int:
+        return int(self._mjx_model.nu)
+
+    @property
+    def observation_size(self) -> int:
+        return int(jax.eval_shape(self.reset, jax.random.PRNGKey(0)).obs.shape[-1])
+
+    def using(self, model, task) -> contextlib.AbstractContextManager:
+        return _swapped(self, _mjx_model=model, task_params=task)
+
+    def reset(self, key_data: jax.Array) -> State:
+        m = self._mjx_model
+        k_q, k_v = jax.random.split(key_data)
+        qpos = m.qpos0 + self.reset_noise * jax.random.uniform(k_q, (m.nq,), minval=-1, maxval=1)
+        qvel = self.reset_noise * jax.random.uniform(k_v, (m.nv,), minval=-1, maxval=1)
+        data = mjx.forward(m, mjx.make_data(m).replace(qpos=qpos, qvel=qvel))
+        zero = jnp.zeros((), jnp.float32)
+        obs = self.observe(data, self.task_params)
+        return State(data, obs, zero, zero, {}, {})
+
+    def step(self, state: State, action: jax.Array) -> State:
+        m = self._mjx_model
+        data = state.pipeline_state.replace(ctrl=action)
+        data = jax.lax.fori_loop(0, self.n_frames, lambda _, d: mjx.step(m, d), data)
+        task = self.task_params
+        reward = jnp.asarray(self.reward(state.pipeline_state, action, data, task), jnp.float32)
+        done = jnp.asarray(self.terminated(data, task), jnp.float32)
+        return state.replace(
+            pipeline_state=data, obs=self.observe(data, task), reward=reward, done=done
+        )

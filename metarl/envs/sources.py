@@ -1,0 +1,182 @@
+"""Env sources: what `ContextualEnv` needs from the env it wraps, for each kind of env.
+
+A source exposes the default physics model (a Brax `System` or an
+`mjx.Model`), its backend, the env's task parameters, and `reset` / `step`
+returning a Brax `State`; `using(model, task)` runs the env on another model
+and task, traced values included. Three sources:
+
+* `BraxSource`: a Brax `PipelineEnv` (its System is swapped in `env.sys`).
+* `PlaygroundSource`: a MuJoCo Playground `MjxEnv` (its `_mjx_model` is
+  swapped; Playground's `State` is converted to Brax's, `data` becoming
+  `pipeline_state`).
+* `metarl.envs.MjcfEnv`: a user's own MJCF, which is a source itself.
+
+An env may declare task parameters as ``task_params = {name: default}`` and read
+``self.task_params[name]`` in its reset and step; metarl swaps in the drawn
+values, so a goal becomes a context like any other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+import jax
+from brax.envs.base import PipelineEnv, State
+
+PLAYGROUND_PREFIX = "playground/"
+
+# Model constants Playground envs read into Python at construction: varying them
+# would reach the simulator but not the env's own cached copies.
+PLAYGROUND_STALE = {
+    "timestep": "Playground envs fix their control step (n_substeps = ctrl_dt / sim_dt) at "
+    "construction, so a new timestep would silently change the control rate; set ctrl_dt and "
+    "sim_dt in the env's config instead",
+    "opt.timestep": "see 'timestep': the env's n_substeps is fixed at construction",
+    "geom_size": "Playground envs read geom sizes into Python constants at construction (the "
+    "reacher's target radius, foot sizes), so their rewards would not follow a new size",
+    "geom_rbound": "geom bounding radii follow 'geom_size', which Playground envs cache",
+    "jnt_range": "Playground envs read joint ranges at construction (reset sampling, limits in "
+    "rewards and observations)",
+    "actuator_ctrlrange": "Playground envs read control ranges at construction (action scaling)",
+}
+
+
+class Source(Protocol):
+    """What `ContextualEnv` needs from the env it wraps."""
+
+    env: Any  # the env as the user gave it (`ContextualEnv.unwrapped`)
+    stale: Mapping[str, str]  # context names / raw fields refused, with the reason
+
+    @property
+    def model(self) -> Any: ...  # the default System or mjx.Model
+    @property
+    def backend(self) -> str: ...
+    @property
+    def task_params(self) -> Mapping[str, Any]: ...
+    @property
+    def observation_size(self) -> int: ...
+    @property
+    def action_size(self) -> int: ...
+    def using(self, model: Any, task: Mapping[str, Any]) -> contextlib.AbstractContextManager: ...
+    def reset(self, key_data: jax.Array) -> State: ...
+    def step(self, state: State, action: jax.Array) -> State: ...
+
+
+@contextlib.contextmanager
+def _swapped(obj: Any, **attrs: Any) -> Iterator[None]:
+    """Temporarily sets attributes of `obj` (traced values are fine); an attribute
+    that was not there is removed again."""
+    missing = object()
+    old = {k: obj.__dict__.get(k, missing) for k in attrs}
+    for k, v in attrs.items():
+        setattr(obj, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is missing:
+                delattr(obj, k)
+            else:
+                setattr(obj, k, v)
+
+
+def _task(env: Any) -> dict[str, Any]:
+    task = getattr(env, "task_params", None) or {}
+    if not isinstance(task, Mapping):
+        raise ValueError(
+            f"{type(env).__name__}.task_params must be a mapping {{name: default value}}, got "
+            f"{type(task).__name__}"
+        )
+    return dict(task)
+
+
+class BraxSource:
+    """A Brax `PipelineEnv`."""
+
+    stale: Mapping[str, str] = {}
+
+    def __init__(self, env: PipelineEnv):
+        self.env = env
+        self._task = _task(env)
+
+    model = property(lambda self: self.env.sys)
+    backend = property(lambda self: self.env.backend)
+    task_params = property(lambda self: self._task)
+    observation_size = property(lambda self: self.env.observation_size)
+    action_size = property(lambda self: self.env.action_size)
+
+    def using(self, model, task):
+        return _swapped(self.env, sys=model, task_params=task)
+
+    def reset(self, key_data):
+        return self.env.reset(key_data)
+
+    def step(self, state, action):
+        return self.env.step(state, action)
+
+
+class PlaygroundSource:
+    """A MuJoCo Playground env (`mujoco_playground.MjxEnv`) with a flat observation."""
+
+    stale: Mapping[str, str] = PLAYGROUND_STALE
+    backend = "mjx"
+
+    def __init__(self, env: Any):
+        from mujoco_playground import State as PlaygroundState  # optional extra
+
+        self._state_type = PlaygroundState
+        self.env = env
+        self._task = _task(env)
+        size = env.observation_size
+        if not isinstance(size, int):
+            raise ValueError(
+                f"{type(env).__name__} observes a dict {dict(size)}; metarl's agents take one "
+                "flat observation vector: wrap the env so that its obs is an array"
+            )
+
+    model = property(lambda self: self.env.mjx_model)
+    task_params = property(lambda self: self._task)
+    observation_size = property(lambda self: self.env.observation_size)
+    action_size = property(lambda self: self.env.action_size)
+
+    def using(self, model, task):
+        return _swapped(self.env, _mjx_model=model, task_params=task)
+
+    def reset(self, key_data):
+        return _to_brax(self.env.reset(key_data))
+
+    def step(self, state, action):
+        s = self._state_type(
+            state.pipeline_state, state.obs, state.reward, state.done, state.metrics, state.info
+        )
+        return _to_brax(self.env.step(s, action))
+
+
+def _to_brax(s) -> State:
+    return State(s.data, s.obs, s.reward, s.done, dict(s.metrics), dict(s.info))
+
+
+def is_playground_env(env: Any) -> bool:
+    """True for an instance of Playground's `MjxEnv` (without importing Playground)."""
+    return any(
+        c.__name__ == "MjxEnv" and c.__module__.startswith("mujoco_playground")
+        for c in type(env).__mro__
+    )
+
+
+def load_playground(name: str, config_overrides: Mapping[str, Any]) -> Any:
+    """A Playground env by registry name, with MJX's JAX implementation unless overridden."""
+    try:
+        from mujoco_playground import registry
+    except ImportError as e:
+        raise ValueError(
+            f"{PLAYGROUND_PREFIX}{name} needs MuJoCo Playground: pip install -e '.[playground]' "
+            f"({e})"
+        ) from None
+    if name not in registry.ALL_ENVS:
+        raise ValueError(
+            f"unknown Playground env {name!r}; valid names: {', '.join(sorted(registry.ALL_ENVS))}"
+        )
+    return registry.load(name, config_overrides={"impl": "jax", **dict(config_overrides)})

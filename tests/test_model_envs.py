@@ -1,0 +1,273 @@
+"""MJX-native envs: a user's own MJCF (`MjcfEnv`) and MuJoCo Playground envs.
+
+Every canonical quantity the MJX backend simulates, including the ones
+Playground's randomizers vary (frictionloss, com_offset, PD gains, armature,
+pair friction), reaches the physics of a plain `mjx.Model`; the default
+context reproduces the plain MJX rollout bit for bit; Playground envs work by
+name and by instance, refuse the constants they cache, and train.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from mujoco import mjx
+
+from metarl import contexts as C
+from metarl.contexts.quantities import QUANTITIES
+from metarl.envs import CONTEXT, MjcfEnv, check_env, make_contextual
+
+# Two legs on a torso that slides along x; position servos on the hips, a motor on
+# the slide; frictionloss on one hip; an explicit contact pair foot/floor.
+XML = """
+<mujoco model="walker2">
+  <option timestep="0.01" viscosity="0.1" density="1.2"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 0.1"/>
+    <body name="torso" pos="0 0 0.6">
+      <joint name="slide" type="slide" axis="1 0 0" damping="0.1" armature="0.01"/>
+      <joint name="lift" type="slide" axis="0 0 1" stiffness="5"/>
+      <geom name="torso_geom" type="box" size="0.15 0.1 0.05" mass="2"/>
+      <body name="thigh_left" pos="0.1 0 -0.05">
+        <joint name="hip_left" type="hinge" axis="0 1 0" damping="0.05" frictionloss="0.05"/>
+        <geom name="left_leg" type="capsule" fromto="0 0 0 0 0 -0.4" size="0.04" mass="0.5"/>
+      </body>
+      <body name="thigh_right" pos="-0.1 0 -0.05">
+        <joint name="hip_right" type="hinge" axis="0 1 0" damping="0.05"/>
+        <geom name="right_leg" type="capsule" fromto="0 0 0 0 0 -0.4" size="0.04" mass="0.5"/>
+      </body>
+    </body>
+  </worldbody>
+  <contact>
+    <pair geom1="left_leg" geom2="floor" friction="0.8 0.8 0.005 0.0001 0.0001"/>
+  </contact>
+  <actuator>
+    <motor name="push" joint="slide" gear="20"/>
+    <position name="hip_left_servo" joint="hip_left" kp="8" kv="0.5"/>
+    <position name="hip_right_servo" joint="hip_right" kp="8" kv="0.5"/>
+  </actuator>
+</mujoco>
+"""
+STEPS = 30
+
+
+def _observe(data, task):
+    return jnp.concatenate([data.qpos, data.qvel])
+
+
+def _reward(data, action, next_data, task):
+    return next_data.qpos[0] - data.qpos[0]
+
+
+def _walker(**kw) -> MjcfEnv:
+    return MjcfEnv(XML, observe=_observe, reward=_reward, n_frames=2, **kw)
+
+
+# name -> (relative?, per_element?, perturbation of the default)
+PERTURB = {
+    "gravity": (False, False, lambda d: d * 1.5),
+    "mass": (False, True, lambda d: d * 2.0),
+    "inertia": (True, True, lambda d: d * 3.0),
+    "friction": (False, True, lambda d: d * 0.2),
+    "damping": (False, True, lambda d: d + 1.0),
+    "armature": (False, True, lambda d: d + 0.5),
+    "stiffness": (False, True, lambda d: d + 20.0),
+    "actuator_gain": (False, True, lambda d: d * 0.5),
+    "geom_size": (True, True, lambda d: d * 1.5),
+    "viscosity": (False, False, lambda d: d + 5.0),
+    "density": (False, False, lambda d: d + 1000.0),
+    "timestep": (False, False, lambda d: d * 1.3),
+    "com_offset": (False, True, lambda d: d + 0.05),
+    "frictionloss[hip_left]": (False, True, lambda d: d * 20.0),
+    "actuator_kp[*servo*]": (False, True, lambda d: d * 3.0),
+    "actuator_kd[*servo*]": (False, True, lambda d: d + 2.0),
+    "pair_friction": (False, True, lambda d: d * 0.1),
+}
+
+
+def test_every_mjx_quantity_is_covered():
+    covered = {C.names.split(n)[0] for n in PERTURB}
+    assert covered == {n for n, q in QUANTITIES.items() if "mjx" in q.backends}
+
+
+def _space(values):
+    return C.ContextSpace(
+        {n: C.Fixed(values[n], relative=r, per_element=p) for n, (r, p, _) in PERTURB.items()}
+    )
+
+
+@pytest.fixture(scope="module")
+def walker_rollouts():
+    probe = make_contextual(
+        _walker(),
+        C.ContextSpace(
+            {n: C.Fixed(1.0, relative=r, per_element=False) for n, (r, p, _) in PERTURB.items()}
+        ),
+    )
+    defaults = probe.default_context()
+    env = make_contextual(_walker(), _space(defaults), episode_length=1000)
+    actions = 0.5 * jnp.stack([jnp.sin(jnp.arange(STEPS) / 4.0 + k) for k in range(3)], -1)
+
+    @jax.jit
+    def rollout(ranges):
+        s = env.reset(jax.random.key(0), ranges)
+        return jax.lax.scan(lambda s, a: (env.step(s, a),) * 2, s, actions)[1].obs
+
+    return env, defaults, rollout, actions
+
+
+@pytest.mark.parametrize("name", list(PERTURB))
+def test_quantity_changes_the_mjcf_trajectory(walker_rollouts, name):
+    env, defaults, rollout, _ = walker_rollouts
+    reference = np.asarray(rollout(env.space))
+    values = dict(defaults)
+    values[name] = PERTURB[name][2](np.asarray(defaults[name]))
+    diff = np.nanmax(np.abs(np.asarray(rollout(_space(values))) - reference))
+    assert diff > 1e-4, f"{name} changed the MJCF trajectory by only {diff}"
+
+
+def test_default_context_reproduces_plain_mjx(walker_rollouts):
+    """Every quantity Fixed at its default: bit for bit the plain MJX simulation."""
+    env, _, rollout, actions = walker_rollouts
+    plain = _walker()
+    m = plain.model
+
+    @jax.jit
+    def reference():
+        key = jax.random.key_data(jax.random.split(jax.random.fold_in(jax.random.key(0), 0))[1])
+        with plain.using(m, {}):
+            s = plain.reset(key)
+            return jax.lax.scan(lambda s, a: (plain.step(s, a),) * 2, s, actions)[1].obs
+
+    np.testing.assert_array_equal(np.asarray(rollout(env.space)), np.asarray(reference()))
+
+
+def test_mjcf_env_takes_a_model_or_a_path(tmp_path):
+    path = tmp_path / "walker.xml"
+    path.write_text(XML)
+    a = MjcfEnv(str(path), observe=_observe, reward=_reward)
+    b = MjcfEnv(
+        mjx.put_model(__import__("mujoco").MjModel.from_xml_string(XML)),
+        observe=_observe,
+        reward=_reward,
+    )
+    assert a.action_size == b.action_size == 3 and a.observation_size == 8
+    with pytest.raises(ValueError, match="no MJCF file"):
+        MjcfEnv(str(tmp_path / "missing.xml"), observe=_observe, reward=_reward)
+    with pytest.raises(ValueError, match="needs reward="):
+        MjcfEnv(XML, observe=_observe)
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("frictionloss", "hip_right would not change"),
+        ("actuator_kp", "push would not change"),
+        ("frictionloss[slide]", "slide would not change"),
+    ],
+)
+def test_quantities_refuse_elements_the_physics_never_reads(name, message):
+    with pytest.raises(ValueError, match=message):
+        make_contextual(_walker(), C.ContextSpace({name: C.Scale(0.5, 2.0)}))
+
+
+def test_pair_friction_needs_contact_pairs():
+    xml = XML.replace(XML[XML.index("<contact>") : XML.index("</contact>") + 10], "")
+    env = MjcfEnv(xml, observe=_observe, reward=_reward)
+    with pytest.raises(ValueError, match="explicit contact pairs"):
+        make_contextual(env, C.ContextSpace({"pair_friction": C.Scale(0.5, 2.0)}))
+
+
+def test_mjcf_env_refuses_brax_backends():
+    with pytest.raises(ValueError, match="runs on MJX"):
+        make_contextual(
+            _walker(), C.ContextSpace({"gravity": C.Uniform(5, 15)}), backend="generalized"
+        )
+
+
+def test_check_env_passes_on_mjcf():
+    env = make_contextual(
+        _walker(),
+        C.ContextSpace({"mass[torso]": C.Scale(0.5, 2.0)}),
+        episode_length=20,
+        episodes_per_trial=2,
+    )
+    counts = check_env(env, num_envs=4, max_steps=60)
+    assert counts["trials_ended"] > 0
+
+
+# ---- MuJoCo Playground (dm_control-suite envs ship their assets) ----
+playground = pytest.importorskip("mujoco_playground")
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    space = C.ContextSpace(
+        {
+            "gravity": C.Uniform(5.0, 15.0),
+            "mass[pole_1]": C.Scale(0.5, 2.0),
+            "damping[hinge_1]": C.Uniform(0.0, 0.5),
+        }
+    )
+    return make_contextual("playground/CartpoleBalance", space, episode_length=50)
+
+
+def test_playground_env_by_name_resamples_and_reaches_the_physics(cartpole):
+    env = cartpole
+
+    @jax.jit
+    def rollout(ranges):
+        s = env.reset(jax.random.key(3), ranges)
+        s = jax.lax.fori_loop(0, 25, lambda i, s: env.step(s, jnp.zeros(1)), s)
+        return s.obs
+
+    reference = np.asarray(rollout(env.space.pinned(env.default_context())))
+    for name, value in (("gravity", 15.0), ("mass[pole_1]", 2.0), ("damping[hinge_1]", 0.5)):
+        moved = np.asarray(rollout(env.space.pinned({**env.default_context(), name: value})))
+        assert np.abs(moved - reference).max() > 1e-3, name
+    states = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.key(0), 4))
+    gravity = np.asarray(states.info[CONTEXT]["gravity"])
+    assert len(set(gravity.round(4))) == 4 and np.all((gravity >= 5) & (gravity <= 15))
+
+
+def test_playground_instance_and_name_agree():
+    from mujoco_playground import registry
+
+    space = C.ContextSpace({"mass[cart]": C.Scale(0.5, 2.0)})
+    by_name = make_contextual("playground/CartpoleBalance", space)
+    instance = make_contextual(
+        registry.load("CartpoleBalance", config_overrides={"impl": "jax"}), space
+    )
+    a = jax.jit(by_name.reset)(jax.random.key(1))
+    b = jax.jit(instance.reset)(jax.random.key(1))
+    np.testing.assert_array_equal(np.asarray(a.obs), np.asarray(b.obs))
+    assert float(a.info[CONTEXT]["mass[cart]"]) == float(b.info[CONTEXT]["mass[cart]"])
+
+
+def test_check_env_passes_on_playground(cartpole):
+    assert check_env(cartpole, num_envs=4, max_steps=120)["episodes_ended"] > 0
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("timestep", "n_substeps"),
+        ("geom_size", "geom sizes"),
+        ("jnt_range[1, 0]", "joint ranges"),
+    ],
+)
+def test_playground_refuses_cached_constants(name, message):
+    with pytest.raises(ValueError, match=message):
+        make_contextual("playground/CartpoleBalance", C.ContextSpace({name: C.Scale(0.5, 2.0)}))
+
+
+@pytest.mark.parametrize(
+    "env, kwargs, message",
+    [
+        ("playground/NoSuchEnv", {}, "valid names: AcrobotSwingup"),
+        ("playground/CartpoleBalance", {"backend": "generalized"}, "run on MJX"),
+    ],
+)
+def test_playground_bad_names(env, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make_contextual(env, C.ContextSpace({"gravity": C.Uniform(5, 15)}), **kwargs)

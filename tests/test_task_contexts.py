@@ -1,0 +1,89 @@
+"""Task contexts: a goal declared in the env's `task_params` is drawn like physics."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from metarl import contexts as C
+from metarl.envs import CONTEXT, make_contextual
+from metarl.envs.goals import goal_xy
+
+GOAL = C.ContextSpace(
+    {"goal_distance": C.Uniform(0.05, 0.2), "goal_direction": C.Uniform(-3.14, 3.14)}
+)
+
+
+def _rollout(env, steps=20):
+    @jax.jit
+    def run(ranges):
+        s = env.reset(jax.random.key(0), ranges)
+
+        def body(s, _):
+            s = env.step(s, jnp.zeros(env.action_size))
+            return s, s.reward
+
+        s, rewards = jax.lax.scan(body, s, None, steps)
+        return s, rewards.sum()
+
+    return run
+
+
+def test_brax_goal_moves_the_target_and_what_is_rewarded():
+    env = make_contextual("reacher_goal", GOAL, episode_length=100)
+    run = _rollout(env)
+    returns = {}
+    for d in (0.05, 0.1, 0.2):
+        s, ret = run(GOAL.pinned({"goal_distance": d, "goal_direction": 0.7}))
+        target = np.asarray(s.pipeline_state.q[2:])  # the target's slide joints
+        np.testing.assert_allclose(
+            target, np.asarray(goal_xy({"goal_distance": d, "goal_direction": 0.7})), atol=1e-6
+        )
+        returns[d] = float(ret)
+    assert len({round(r, 3) for r in returns.values()}) == 3
+    # The arm rests near the base's reach; a goal at its reach earns more than one near the base.
+    assert returns[0.2] > returns[0.05]
+
+
+def test_goals_are_drawn_per_env_and_kept_in_the_state():
+    env = make_contextual("reacher_goal", GOAL)
+    states = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.key(1), 8))
+    d = np.asarray(states.info[CONTEXT]["goal_distance"])
+    assert len(set(d.round(5))) == 8 and np.all((d >= 0.05) & (d <= 0.2))
+    np.testing.assert_allclose(
+        np.linalg.norm(np.asarray(states.pipeline_state.q[:, 2:]), axis=1), d, rtol=1e-5
+    )
+
+
+def test_unknown_task_name_lists_the_env_task_parameters():
+    with pytest.raises(ValueError, match="task parameters: goal_distance, goal_direction"):
+        make_contextual("reacher_goal", C.ContextSpace({"goal_radius": C.Uniform(0.1, 0.2)}))
+
+
+def test_task_parameters_cannot_shadow_quantities():
+    from metarl.envs.goals import ReacherGoal
+
+    class Shadow(ReacherGoal):
+        task_params = {"gravity": 1.0}
+
+    with pytest.raises(ValueError, match="shadow canonical quantities"):
+        make_contextual(Shadow(), C.ContextSpace({"gravity": C.Uniform(5, 15)}))
+
+
+def test_playground_goal_changes_the_reward():
+    pytest.importorskip("mujoco_playground")
+    from metarl.envs.playground_tasks import PlaygroundReacherGoal
+
+    env = make_contextual(PlaygroundReacherGoal(), GOAL, episode_length=100)
+    s0 = jax.jit(env.reset)(jax.random.key(0))
+    # Put the goal on the fingertip: every step is rewarded; put it across: none is.
+    finger = np.asarray(s0.pipeline_state.geom_xpos[env.unwrapped._finger_geom_id, :2])
+    at_finger = {
+        "goal_distance": float(np.linalg.norm(finger)),
+        "goal_direction": float(np.arctan2(finger[1], finger[0])),
+    }
+    across = {**at_finger, "goal_direction": at_finger["goal_direction"] + np.pi}
+    run = _rollout(env, steps=5)
+    _, near = run(GOAL.pinned(at_finger))
+    _, far = run(GOAL.pinned(across))
+    assert float(near) == pytest.approx(5.0) and float(far) == 0.0
