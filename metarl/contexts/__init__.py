@@ -22,7 +22,15 @@ from metarl.contexts.distributions import (
     Uniform,
 )
 from metarl.contexts.quantities import BACKENDS
-from metarl.contexts.space import CANONICAL_NAMES, Binding, Context, ContextSpace, PerEnv, bind
+from metarl.contexts.space import (
+    CANONICAL_NAMES,
+    Binding,
+    Context,
+    ContextSpace,
+    EnvDefaults,
+    PerEnv,
+    bind,
+)
 
 __all__ = [
     "BACKENDS",
@@ -32,6 +40,7 @@ __all__ = [
     "Context",
     "ContextSpace",
     "Distribution",
+    "EnvDefaults",
     "Fixed",
     "LogUniform",
     "Normal",
