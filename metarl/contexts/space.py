@@ -322,7 +322,7 @@ class Binding:
             if e.relative:
                 out[e.name] = np.ones(e.draw_shape, np.float32)
             elif e.mixed_default:
-                out[e.name] = e.default.view(EnvDefaults)
+                out[e.name] = e.default.copy().view(EnvDefaults)
             elif e.per_element or e.default.ndim == 0:
                 out[e.name] = e.default
             else:
