@@ -421,8 +421,8 @@ def _resolve(name: str, sys: System, backend: str) -> tuple[Quantity | paths.Raw
     if reads.unread(backend, raw.field):
         raise ValueError(
             f"raw path {name!r}: {reads.explain(backend, raw.field)}, so changing it would "
-            f"change nothing. Use a canonical name ({', '.join(CANONICAL_NAMES)}), which "
-            "writes the fields each backend reads"
+            "not change the simulation. Use a canonical name "
+            f"({', '.join(CANONICAL_NAMES)}), which writes the fields each backend reads"
         )
     if raw.field in _SPRING_SCALED:
         problem = spring_scale_check(*_SPRING_SCALED[raw.field])(sys, backend)
