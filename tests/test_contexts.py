@@ -239,3 +239,87 @@ def test_check_ranges_rejects_other_names_kinds_and_shapes():
         binding.check_ranges(
             C.ContextSpace({"gravity": C.Uniform(8.0, 9.0), "mass": C.Scale(-1.0, 1.1)})
         )
+
+
+# ---- pinning a shared absolute entry to defaults that differ per element ----
+
+
+def _hopper_env(space):
+    from metarl.envs import make_contextual
+
+    return make_contextual("hopper", C.ContextSpace(space), backend="generalized")
+
+
+def _trajectory(env, ranges, steps=10):
+    from brax import envs as brax_envs  # noqa: F401 - hopper registered by make_contextual
+
+    actions = jax.random.uniform(jax.random.key(1), (steps, env.action_size), minval=-1, maxval=1)
+
+    def run(ranges):
+        state = env.reset(jax.random.key(0), ranges)
+
+        def step(s, a):
+            s = env.step(s, a)
+            return s, (s.pipeline_state.q, s.pipeline_state.qd, s.obs, s.reward)
+
+        return jax.lax.scan(step, state, actions)[1]
+
+    return jax.device_get(jax.jit(run)(ranges))
+
+
+def test_pinned_default_context_runs_the_env_in_its_own_physics():
+    """hopper's geom frictions differ (floor vs limbs): a shared absolute `friction`
+    pinned to env.default_context() reproduces the env bit for bit."""
+    space = {"friction": C.Uniform(0.4, 1.2), "gravity": C.Uniform(5.0, 15.0)}
+    env = _hopper_env(space)
+    defaults = env.default_context()
+    assert np.shape(defaults["friction"]) == (5,)
+    assert len(set(np.asarray(defaults["friction"]).tolist())) > 1
+    pinned = env.space.pinned(defaults)
+    # the ranges keep the space's shapes: accepted wherever ranges are
+    assert env.space.check_compatible(pinned) is pinned
+    env.binding.check_ranges(pinned)
+    state = env.reset(jax.random.key(0), pinned)
+    assert state.info["context"]["friction"].shape == ()
+    assert env.observation_size == _hopper_env({"gravity": C.Uniform(5.0, 15.0)}).observation_size
+    state = env.set_ranges(state, pinned)
+    assert np.all(np.isfinite(np.asarray(state.obs)))
+    # exactly the default physics: same as a space without that entry
+    reference = _hopper_env({"gravity": C.Uniform(5.0, 15.0)})
+    got = _trajectory(env, pinned)
+    want = _trajectory(reference, reference.space.pinned({"gravity": defaults["gravity"]}))
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    # and a pinned value still changes the physics
+    other = _trajectory(env, env.space.pinned({**defaults, "friction": 0.3}))
+    assert not np.array_equal(other[0], got[0])
+
+
+def test_pinned_ranges_do_not_recompile_a_jitted_reset():
+    env = _hopper_env({"friction": C.Uniform(0.4, 1.2)})
+    reset = jax.jit(env.reset)
+    reset(jax.random.key(0), env.space)
+    reset(jax.random.key(0), env.space.pinned(env.default_context()))
+    assert reset._cache_size() == 1
+
+
+def test_visible_pinned_defaults_observe_the_mean_default():
+    from metarl.envs import make_contextual
+
+    env = make_contextual(
+        "hopper", C.ContextSpace({"friction": C.Uniform(0.4, 1.2)}), visible_context=True
+    )
+    mean = float(np.mean(env.default_context()["friction"]))
+    state = env.reset(jax.random.key(0), env.space.pinned(env.default_context()))
+    np.testing.assert_allclose(state.obs[-1], (mean - 0.8) / 0.4, rtol=1e-6)
+
+
+def test_pinned_shared_entry_to_arbitrary_differing_values_raises():
+    space = C.ContextSpace({"friction": C.Uniform(0.4, 1.2)})
+    with pytest.raises(ValueError, match="default_context"):
+        space.pinned({"friction": np.array([0.5, 0.6], np.float32)})
+    # equal values pin to that value; EnvDefaults is a plain array elsewhere
+    low = space.pinned({"friction": np.array([0.7, 0.7])})["friction"].low
+    assert float(low) == np.float32(0.7)
+    d = np.array([1.0, 2.0], np.float32).view(C.EnvDefaults)
+    assert type(d * 2) is np.ndarray

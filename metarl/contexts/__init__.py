@@ -23,7 +23,15 @@ from metarl.contexts.distributions import (
     Uniform,
 )
 from metarl.contexts.quantities import BACKENDS
-from metarl.contexts.space import CANONICAL_NAMES, Binding, Context, ContextSpace, PerEnv, bind
+from metarl.contexts.space import (
+    CANONICAL_NAMES,
+    Binding,
+    Context,
+    ContextSpace,
+    EnvDefaults,
+    PerEnv,
+    bind,
+)
 
 __all__ = [
     "BACKENDS",
@@ -33,6 +41,7 @@ __all__ = [
     "Context",
     "ContextSpace",
     "Distribution",
+    "EnvDefaults",
     "Fixed",
     "LogUniform",
     "Normal",

@@ -163,9 +163,26 @@ class Distribution:
         """A distribution of the same kind and shapes that always draws `value`."""
         raise NotImplementedError
 
+    def pin_to_defaults(self) -> Distribution:
+        """The same kind and shapes, always drawing NaN: "every element at the env's own
+        default". Only a shared absolute entry whose elements' defaults differ gives a
+        NaN draw that meaning (see `ContextSpace.pinned`); nothing else accepts NaN, so
+        this bypasses validation. Spreads (std, probs) keep their pinned values."""
+        pinned = self.pin(1.0)  # a valid point for every kind; sets spreads to 0
+        children = [
+            getattr(pinned, f)
+            if f in _SPREADS
+            else np.full(np.shape(getattr(pinned, f)), np.nan, np.float32)
+            for f in self._numeric
+        ]
+        return type(self)._unflatten(self._static(), children)
+
     def numbers(self) -> dict[str, np.ndarray]:
         """The numeric parameters by name (host copies)."""
         return {f: np.asarray(getattr(self, f)) for f in self._numeric}
+
+
+_SPREADS = ("std", "probs")  # parameters that are not locations: kept by pin_to_defaults
 
 
 def _fit(value, like):

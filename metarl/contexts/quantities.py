@@ -1,7 +1,7 @@
-"""Canonical physical quantities and the System fields each backend reads.
+"""Canonical physical quantities, and how each writes the System.
 
 Brax's `System` subclasses `mjx.Model` and so holds two copies of many
-parameters; each backend reads only one (see DESIGN.md, measured). Every setter
+parameters; each backend reads only one (measured: `metarl.contexts.reads`). Every setter
 here writes *both* copies, so that env code reading the other copy (humanoid's
 observed centre of mass reads `link.inertia` on every backend) stays
 consistent, and it updates the derived quantities that would otherwise go
@@ -159,7 +159,9 @@ def _subtree_matrix(sys) -> np.ndarray:
     return a
 
 
-def _spring_scale_check(field, quantity):
+def spring_scale_check(field: str, quantity: str):
+    """A `requires` check: `quantity` does nothing on positional/spring where `field` >= 1."""
+
     def check(sys, backend):
         if not _brax(sys):
             return None
@@ -290,7 +292,7 @@ QUANTITIES: dict[str, Quantity] = {
         default=_mass_default,
         apply=_mass_apply,
         strict=True,
-        requires=_spring_scale_check("spring_mass_scale", "mass"),
+        requires=spring_scale_check("spring_mass_scale", "mass"),
     ),
     "inertia": Quantity(
         units="x default",
@@ -299,7 +301,7 @@ QUANTITIES: dict[str, Quantity] = {
         apply=lambda sys, r: _scale_inertia(sys, r, translational=False),
         strict=True,
         absolute=False,
-        requires=_spring_scale_check("spring_inertia_scale", "inertia"),
+        requires=spring_scale_check("spring_inertia_scale", "inertia"),
     ),
     "friction": Quantity(
         units="coefficient",
@@ -428,53 +430,3 @@ QUANTITIES: dict[str, Quantity] = {
         unsupported_hint="only the positional and spring backends model restitution.",
     ),
 }
-
-# Raw System fields that a backend never reads (measured, DESIGN.md): writing
-# them would be a silent no-op, so a raw path naming one is an error.
-UNREAD = {
-    "generalized": (
-        "opt.gravity",
-        "body_mass",
-        "body_inertia",
-        "body_invweight0",
-        "dof_invweight0",
-        "dof_damping",
-        "dof_armature",
-        "jnt_stiffness",
-        "actuator_gear",
-        "actuator_gainprm",
-        "opt.viscosity",
-        "opt.density",
-        "viscosity",
-        "density",
-        "elasticity",
-        "vel_damping",
-        "ang_damping",
-    ),
-    "mjx": (
-        "gravity",
-        "viscosity",
-        "density",
-        "dof.",
-        "actuator.",
-        "elasticity",
-        "vel_damping",
-        "ang_damping",
-        "link.invweight",
-    ),
-    "positional": (
-        "opt.gravity",
-        "body_mass",
-        "body_inertia",
-        "dof_damping",
-        "dof_armature",
-        "jnt_stiffness",
-        "actuator_gear",
-        "dof.damping",
-        "dof.armature",
-        "dof.stiffness",
-        "opt.viscosity",
-        "opt.density",
-    ),
-}
-UNREAD["spring"] = UNREAD["positional"]

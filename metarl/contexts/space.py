@@ -32,9 +32,9 @@ from brax.base import System
 from flax import struct
 
 from metarl.contexts import names as element_names
-from metarl.contexts import paths
+from metarl.contexts import paths, reads
 from metarl.contexts.distributions import Choice, Distribution, Normal
-from metarl.contexts.quantities import QUANTITIES, UNREAD, Quantity
+from metarl.contexts.quantities import QUANTITIES, Quantity, spring_scale_check
 
 Context = dict[str, jax.Array]
 
@@ -152,6 +152,17 @@ class ContextSpace(Mapping):
         Names missing from `values` keep their distribution. The result is a
         valid set of ranges for an env built on this space (no recompilation):
         evaluation and ADR use it to run episodes in chosen contexts.
+
+        A shared entry draws one number for all its elements, so its parameters
+        have shape (): an array of equal values pins it to that value, and an
+        array of differing values cannot be represented, except one: the
+        `EnvDefaults` array that ``env.default_context()`` returns for a shared
+        absolute entry whose elements' defaults differ (hopper's ``friction``).
+        That one pins the entry to NaN, which the binding writes as "each
+        element at the env's own default" and observes as the mean default.
+        Shapes, the context's shape in ``state.info`` and the observation size
+        stay those of the space, so ``env.space.pinned(env.default_context())``
+        runs the env in exactly its own physics wherever ranges are accepted.
         """
         unknown = set(values) - set(self._dists)
         if unknown:
@@ -159,7 +170,7 @@ class ContextSpace(Mapping):
                 f"pinned(): unknown names {sorted(unknown)}; valid: {list(self._dists)}"
             )
         return ContextSpace(
-            {n: d.pin(values[n]) if n in values else d for n, d in self._dists.items()}
+            {n: _pin(n, d, values[n]) if n in values else d for n, d in self._dists.items()}
         )
 
     def intervals(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -172,6 +183,34 @@ class ContextSpace(Mapping):
             else:
                 out[name] = dist.support()
         return out
+
+
+class EnvDefaults(np.ndarray):
+    """Per-element env defaults of a shared absolute entry whose elements differ.
+
+    A plain float32 array in every use (arithmetic returns plain arrays); only
+    `ContextSpace.pinned` reads the type, to pin the shared entry to the env's
+    own per-element values (which no single shared number reproduces).
+    """
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs = tuple(np.asarray(x) if isinstance(x, EnvDefaults) else x for x in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+
+def _pin(name: str, dist: Distribution, value: Any) -> Distribution:
+    if dist.per_element or isinstance(value, jax.core.Tracer) or np.ndim(value) == 0:
+        return dist.pin(value)
+    if isinstance(value, EnvDefaults) and not dist.relative:
+        return dist.pin_to_defaults()
+    flat = np.asarray(value, np.float32).reshape(-1)
+    if flat.size and np.all(flat == flat[0]):
+        return dist.pin(flat[0])
+    raise ValueError(
+        f"pinned(): {name!r} is shared (one draw for all elements) but got differing "
+        f"per-element values {flat.tolist()}; pin it to one number, use per_element=True "
+        "ranges, or pin it to env.default_context()[name] for the env's own values"
+    )
 
 
 def _shared_default(name: str, dist: Distribution, defaults: Mapping) -> np.ndarray:
@@ -222,9 +261,23 @@ class _Entry:
     def draw_shape(self) -> tuple[int, ...]:
         return self.shape if self.per_element else ()
 
+    @property
+    def mixed_default(self) -> bool:
+        """A shared absolute entry whose elements' defaults differ: a NaN draw
+        (`ContextSpace.pinned` to `EnvDefaults`) writes each element's default."""
+        d = self.default
+        return (
+            not self.relative
+            and not self.per_element
+            and d.ndim > 0
+            and bool(np.any(d != d.flat[0]))
+        )
+
     def value(self, draw: jax.Array) -> jax.Array:
         """The drawn context in the target's units, one value per element."""
         value = jnp.broadcast_to(draw, self.shape)
+        if self.mixed_default:
+            value = jnp.where(jnp.isnan(value), self.default, value)
         return value * self.default if self.relative else value
 
     def write(self, sys: System, draw: jax.Array) -> System:
@@ -302,13 +355,16 @@ class Binding:
         """The environment's own values in each entry's units (1 where relative).
 
         A shared absolute entry whose elements have different defaults gets the
-        per-element array: no single shared draw reproduces it.
+        per-element array as an `EnvDefaults`: no single shared draw reproduces it,
+        but ``space.pinned(default_context())`` does (see `ContextSpace.pinned`).
         """
         out = {}
         for e in self.entries:
             if e.relative:
                 out[e.name] = np.ones(e.draw_shape, np.float32)
-            elif e.per_element or e.default.ndim == 0 or np.any(e.default != e.default.flat[0]):
+            elif e.mixed_default:
+                out[e.name] = e.default.copy().view(EnvDefaults)
+            elif e.per_element or e.default.ndim == 0:
                 out[e.name] = e.default
             else:
                 out[e.name] = e.default.flat[0]
@@ -331,7 +387,10 @@ class Binding:
         parts = []
         for e in self.entries:
             offset, scale = _normaliser(self.space[e.name])
-            v = (context[e.name] - offset) / scale
+            c = context[e.name]
+            if e.mixed_default:  # the env's own values: observed as their mean
+                c = jnp.where(jnp.isnan(c), np.float32(e.default.mean()), c)
+            v = (c - offset) / scale
             parts.append(jnp.reshape(jnp.broadcast_to(v, e.draw_shape), (-1,)))
         if not parts:
             return jnp.zeros((0,), jnp.float32)
@@ -376,6 +435,14 @@ def _unknown(name: str, reason: str, task: Mapping[str, Any] = {}) -> ValueError
     )
 
 
+# Raw fields that the positional and spring backends raise to the power
+# (1 - scale): with the scale at 1 every value becomes 1 and writing them does nothing.
+_SPRING_SCALED = {
+    "link.inertia.mass": ("spring_mass_scale", "link.inertia.mass"),
+    "link.inertia.i": ("spring_inertia_scale", "link.inertia.i"),
+}
+
+
 _Resolved = tuple[Quantity | paths.RawPath | TaskParam, np.ndarray, np.ndarray | None]
 
 
@@ -417,14 +484,16 @@ def _resolve(
         raise _unknown(name, "not a canonical quantity, a task parameter nor a System path", task)
     if raw.field in stale:
         raise ValueError(f"raw path {name!r} is refused for this env: {stale[raw.field]}")
-    for prefix in UNREAD.get(backend, ()):
-        if raw.field == prefix or (prefix.endswith(".") and raw.field.startswith(prefix)):
-            raise ValueError(
-                f"raw path {name!r}: the {backend!r} backend never reads {raw.field!r}, so "
-                "changing it would change nothing. Use a canonical name "
-                f"({', '.join(CANONICAL_NAMES)}), "
-                "which writes the fields each backend reads"
-            )
+    if reads.unread(backend, raw.field):
+        raise ValueError(
+            f"raw path {name!r}: {reads.explain(backend, raw.field)}, so changing it would "
+            "not change the simulation. Use a canonical name "
+            f"({', '.join(CANONICAL_NAMES)}), which writes the fields each backend reads"
+        )
+    if raw.field in _SPRING_SCALED:
+        problem = spring_scale_check(*_SPRING_SCALED[raw.field])(sys, backend)
+        if problem:
+            raise ValueError(f"raw path {name!r}: {problem}")
     try:
         return raw, paths.resolve(raw, sys), None
     except ValueError as e:
