@@ -10,6 +10,7 @@ name and by instance, refuse the constants they cache, and train.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import perturbations
 import pytest
 from mujoco import mjx
 
@@ -63,25 +64,14 @@ def _walker(**kw) -> MjcfEnv:
     return MjcfEnv(XML, observe=_observe, reward=_reward, n_frames=2, **kw)
 
 
-# name -> (relative?, per_element?, perturbation of the default)
+# Every quantity MJX simulates; those that need a model feature, on the elements that have it.
+SELECT = {
+    "frictionloss": "frictionloss[hip_left]",
+    "actuator_kp": "actuator_kp[*servo*]",
+    "actuator_kd": "actuator_kd[*servo*]",
+}
 PERTURB = {
-    "gravity": (False, False, lambda d: d * 1.5),
-    "mass": (False, True, lambda d: d * 2.0),
-    "inertia": (True, True, lambda d: d * 3.0),
-    "friction": (False, True, lambda d: d * 0.2),
-    "damping": (False, True, lambda d: d + 1.0),
-    "armature": (False, True, lambda d: d + 0.5),
-    "stiffness": (False, True, lambda d: d + 20.0),
-    "actuator_gain": (False, True, lambda d: d * 0.5),
-    "geom_size": (True, True, lambda d: d * 1.5),
-    "viscosity": (False, False, lambda d: d + 5.0),
-    "density": (False, False, lambda d: d + 1000.0),
-    "timestep": (False, False, lambda d: d * 1.3),
-    "com_offset": (False, True, lambda d: d + 0.05),
-    "frictionloss[hip_left]": (False, True, lambda d: d * 20.0),
-    "actuator_kp[*servo*]": (False, True, lambda d: d * 3.0),
-    "actuator_kd[*servo*]": (False, True, lambda d: d + 2.0),
-    "pair_friction": (False, True, lambda d: d * 0.1),
+    SELECT.get(n, n): p for n, p in perturbations.PERTURB.items() if "mjx" in QUANTITIES[n].backends
 }
 
 

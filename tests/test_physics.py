@@ -8,6 +8,7 @@ each backend compiles once.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import perturbations
 import pytest
 from brax import envs as brax_envs
 
@@ -17,29 +18,7 @@ from metarl.envs import CONTEXT, TRIAL, make_contextual
 from metarl.envs.toy import Puck
 
 STEPS = 40
-# name -> (relative?, per_element?, perturbation of the default values)
-PERTURB = {
-    "gravity": (False, False, lambda d: d * 1.5),
-    "mass": (False, True, lambda d: d * 2.0),
-    "inertia": (True, True, lambda d: d * 3.0),
-    "friction": (False, True, lambda d: d * 0.2),
-    "damping": (False, True, lambda d: d + 1.0),
-    "armature": (False, True, lambda d: d + 0.5),
-    "stiffness": (False, True, lambda d: d + 20.0),
-    "actuator_gain": (False, True, lambda d: d * 0.5),
-    "geom_size": (True, True, lambda d: d * 1.5),
-    "viscosity": (False, False, lambda d: d + 5.0),
-    "density": (False, False, lambda d: d + 1000.0),
-    "timestep": (False, False, lambda d: d * 1.3),
-    "elasticity": (False, True, lambda d: d + 0.5),
-    "com_offset": (False, True, lambda d: d + 0.05),
-    # MJX-only quantities that need a model feature the puck lacks (frictionloss > 0,
-    # position servos, contact pairs): tests/test_model_envs.py perturbs them on an MJCF.
-    "frictionloss": (False, True, lambda d: d * 3.0),
-    "actuator_kp": (False, True, lambda d: d * 2.0),
-    "actuator_kd": (False, True, lambda d: d + 1.0),
-    "pair_friction": (False, True, lambda d: d * 0.2),
-}
+PERTURB = perturbations.PERTURB
 NEEDS_MODEL_FEATURE = {"frictionloss", "actuator_kp", "actuator_kd", "pair_friction"}
 
 
