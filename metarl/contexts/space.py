@@ -451,7 +451,7 @@ def _resolve(
 ) -> _Resolved:
     """(target, default values, selected element indices or None) for one name."""
     base, selector = element_names.split(name)
-    if base in stale or (selector is None and name in stale):
+    if base in stale:
         raise ValueError(f"context {name!r} is refused for this env: {stale[base]}")
     if base in QUANTITIES:
         q = QUANTITIES[base]
