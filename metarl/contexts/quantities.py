@@ -83,11 +83,6 @@ def _brax(sys) -> bool:
     return isinstance(sys, System)
 
 
-def _write(sys, fields: dict):
-    """`tree_replace` on a Brax System or an mjx.Model (both PyTreeNodes)."""
-    return sys.tree_replace(fields)
-
-
 # ---- gravity: the magnitude, along the loaded direction ----
 def _gravity_default(sys):
     return np.float32(np.linalg.norm(np.asarray(sys.opt.gravity, np.float64)))
@@ -96,16 +91,14 @@ def _gravity_default(sys):
 def _gravity_apply(sys, g):
     g0 = _gravity_default(sys)
     if g0 == 0:  # no loaded direction: point down
-        vec = jnp.array([0.0, 0.0, -1.0]) * g
-        fields = {"gravity": vec, "opt.gravity": vec}
+        opt = brax = jnp.array([0.0, 0.0, -1.0]) * g
     else:
-        ratio = g / g0
-        fields = {"opt.gravity": sys.opt.gravity * ratio}
-        if _brax(sys):
-            fields["gravity"] = sys.gravity * ratio
-    if not _brax(sys):
-        fields.pop("gravity", None)
-    return _write(sys, fields)
+        opt = sys.opt.gravity * (g / g0)
+        brax = sys.gravity * (g / g0) if _brax(sys) else None
+    fields = {"opt.gravity": opt}
+    if _brax(sys):  # a plain mjx.Model has only the MuJoCo copy
+        fields["gravity"] = brax
+    return sys.tree_replace(fields)
 
 
 # ---- mass: per body (world excluded); inertia and inverse weights follow ----
@@ -123,7 +116,7 @@ def _mass_apply(sys, m):
     }
     if _brax(sys):
         fields["link.inertia.mass"] = m
-    return _write(_scale_inertia(sys, ratio, translational=True), fields)
+    return _scale_inertia(sys, ratio, translational=True).tree_replace(fields)
 
 
 def _scale_inertia(sys, ratio, translational):
@@ -141,7 +134,7 @@ def _scale_inertia(sys, ratio, translational):
         if _brax(sys):
             fields["link.invweight"] = sys.link.invweight / ratio
         fields["body_invweight0"] = fields["body_invweight0"].at[1:, 0].divide(ratio)
-    return _write(sys, fields)
+    return sys.tree_replace(fields)
 
 
 def _subtree_matrix(sys) -> np.ndarray:
@@ -182,7 +175,7 @@ def _dof_field(brax_path, mjx_field):
         return _f32(getattr(sys, mjx_field))
 
     def apply(sys, v):
-        return _write(sys, {brax_path: v, mjx_field: v} if _brax(sys) else {mjx_field: v})
+        return sys.tree_replace({brax_path: v, mjx_field: v} if _brax(sys) else {mjx_field: v})
 
     return default, apply
 
@@ -191,14 +184,14 @@ def _stiffness_apply(sys, v):
     fields = {"jnt_stiffness": v}
     if _brax(sys):
         fields["dof.stiffness"] = v[np.asarray(sys.dof_jntid)]
-    return _write(sys, fields)
+    return sys.tree_replace(fields)
 
 
 def _gain_apply(sys, v):
     fields = {"actuator_gear": sys.actuator_gear.at[:, 0].set(v)}
     if _brax(sys):
         fields["actuator.gear"] = v
-    return _write(sys, fields)
+    return sys.tree_replace(fields)
 
 
 def _geom_size_apply(sys, s):
@@ -221,7 +214,7 @@ def _fluid_field(name):
         return _f32(getattr(sys.opt, name))
 
     def apply(sys, v):
-        return _write(sys, {f"opt.{name}": v, name: v} if _brax(sys) else {f"opt.{name}": v})
+        return sys.tree_replace({f"opt.{name}": v, name: v} if _brax(sys) else {f"opt.{name}": v})
 
     return default, apply
 
@@ -248,7 +241,7 @@ def _com_offset_apply(sys, offset):
     fields = {"body_ipos": pos}
     if _brax(sys):
         fields["link.inertia.transform.pos"] = pos[1:]
-    return _write(sys, fields)
+    return sys.tree_replace(fields)
 
 
 def _position_servos(sys) -> np.ndarray:
@@ -257,17 +250,16 @@ def _position_servos(sys) -> np.ndarray:
 
 
 def _kp_apply(sys, kp):
-    return _write(
-        sys,
+    return sys.tree_replace(
         {
             "actuator_gainprm": sys.actuator_gainprm.at[:, 0].set(kp),
             "actuator_biasprm": sys.actuator_biasprm.at[:, 1].set(-kp),
-        },
+        }
     )
 
 
 def _kd_apply(sys, kd):
-    return _write(sys, {"actuator_biasprm": sys.actuator_biasprm.at[:, 2].set(-kd)})
+    return sys.tree_replace({"actuator_biasprm": sys.actuator_biasprm.at[:, 2].set(-kd)})
 
 
 def _pairs_check(sys, backend):
@@ -377,7 +369,7 @@ QUANTITIES: dict[str, Quantity] = {
         units="N m",
         elements="dofs",
         default=lambda sys: _f32(sys.dof_frictionloss),
-        apply=lambda sys, v: _write(sys, {"dof_frictionloss": v}),
+        apply=lambda sys, v: sys.tree_replace({"dof_frictionloss": v}),
         backends=_MJX,
         unsupported_hint=_MJX_HINT,
         live=lambda sys: np.asarray(sys.dof_frictionloss) > 0,
@@ -416,7 +408,7 @@ QUANTITIES: dict[str, Quantity] = {
         units="coefficient",
         elements="pairs",
         default=lambda sys: _f32(sys.pair_friction[:, 0]),
-        apply=lambda sys, v: _write(sys, {"pair_friction": sys.pair_friction.at[:, 0].set(v)}),
+        apply=lambda sys, v: sys.tree_replace({"pair_friction": sys.pair_friction.at[:, 0].set(v)}),
         backends=_MJX,
         unsupported_hint=_MJX_HINT,
         requires=_pairs_check,

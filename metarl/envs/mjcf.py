@@ -110,8 +110,6 @@ class MjcfEnv:
     def model(self) -> mjx.Model:
         return self._mjx_model
 
-    mjx_model = model
-
     @property
     def action_size(self) -> int:
         return int(self._mjx_model.nu)
