@@ -11,7 +11,10 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
 * contextual: `make_contextual` with the same three quantities, drawn afresh
   at every episode inside jit, with exact resets (`--strategy`, default auto).
 * contextual_<strategy>: the same with one reset strategy forced
-  (dense, loop, compact).
+  (dense, loop, compact, pool). For pool, refills/step is the fraction of
+  steps at which the pool was refilled (a dense refill costs one dense step).
+* contextual_pool_dense: pool refilled by the dense strategy on any platform
+  (what "pool" runs on a GPU), to measure that path on a CPU.
 * ablate_noreset, ablate_norebuild: diagnostics, not exact: contextual dense
   with done envs never reset, or with the step run on the default System.
 
@@ -30,13 +33,15 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import tyro
 from brax import envs as brax_envs
 from brax.envs.wrappers import training as brax_training
 
 from metarl import contexts as C
-from metarl.envs import ContextualEnv, make_contextual
+from metarl.envs import POOL, ContextualEnv, make_contextual
+from metarl.envs.autoreset import pooled_where_done
 
 GRAVITY = (0.7, 1.3)
 MASS = (0.7, 1.3)
@@ -89,17 +94,27 @@ def _brax_randomizer(num_envs: int):
     return randomize
 
 
+def _ready(state) -> jax.Array:
+    pool = state.info.get(POOL)
+    return jnp.int32(0) if pool is None else pool.ready.sum()
+
+
 def _rollout(reset, step, action_size: int, num_envs: int, steps: int):
+    """-> (done envs, steps at which a "pool" env refilled its pool), summed over steps."""
+
     def run(key):
         state = reset(key)
 
         def body(state, k):
             action = jax.random.uniform(k, (num_envs, action_size), minval=-1.0, maxval=1.0)
-            state = step(state, action)
-            return state, state.done.sum()
+            nxt = step(state, action)
+            dones = nxt.done.sum()
+            # a refill makes every entry ready before the done envs use theirs
+            refilled = _ready(nxt) + dones > _ready(state)
+            return nxt, (dones, refilled.astype(jnp.int32))
 
-        state, dones = jax.lax.scan(body, state, jax.random.split(key, steps))
-        return dones.sum()
+        state, (dones, refills) = jax.lax.scan(body, state, jax.random.split(key, steps))
+        return dones.sum(), refills.sum()
 
     return jax.jit(run)
 
@@ -131,7 +146,9 @@ def _build(label: str, name: str, n: int, cfg: Config):
         )
         return _rollout(lambda k: env.reset(raw_keys(k)), env.step, env.action_size, n, cfg.steps)
     strategy = cfg.strategy
-    if label.startswith("contextual_"):
+    if label == "contextual_pool_dense":
+        strategy = "pool"
+    elif label.startswith("contextual_"):
         strategy = label.removeprefix("contextual_")
     elif label.startswith("ablate_"):
         strategy = "dense"
@@ -147,6 +164,8 @@ def _build(label: str, name: str, n: int, cfg: Config):
     )
     if label.startswith("ablate_"):
         ctx = _ablated(ctx, label.removeprefix("ablate_"))
+    if label == "contextual_pool_dense":
+        ctx._select = pooled_where_done(ctx._fresh, cfg.reset_chunk, refill="dense")  # noqa: SLF001
     return _rollout(
         lambda k: jax.vmap(ctx.reset)(jax.random.split(k, n)),
         jax.vmap(ctx.step),
@@ -159,14 +178,14 @@ def _build(label: str, name: str, n: int, cfg: Config):
 def bench(name: str, n: int, cfg: Config) -> dict:
     runs = {label: _build(label, name, n, cfg) for label in cfg.variants}
     key = jax.random.key(0)
-    compile_s, dones = {}, {}
+    compile_s, dones, refills = {}, {}, {}
     for label, run in runs.items():
         t0 = time.perf_counter()
         compiled = run.lower(key).compile()
         compile_s[label] = time.perf_counter() - t0
         print(f"  compiled {name} {label} ({n} envs) in {compile_s[label]:.1f} s", flush=True)
         runs[label] = compiled
-        dones[label] = int(compiled(key))
+        dones[label], refills[label] = map(int, compiled(key))
     times = {label: [] for label in runs}
     for r in range(cfg.rounds):
         k = jax.random.key(r + 1)
@@ -181,7 +200,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
     )
     print(
         f"{'variant':<18}{'steps/s':>12}{'ratio (median, min-max)':>28}"
-        f"{'compile s':>11}{'ratio':>7}{'dones/step':>12}"
+        f"{'compile s':>11}{'ratio':>7}{'dones/step':>12}{'refills/step':>14}"
     )
     result = {}
     for label, ts in times.items():
@@ -193,7 +212,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
             f"{label:<18}{sps:>12,.0f}{np.median(ratios):>12.3f} "
             f"({ratios.min():.3f}-{ratios.max():.3f})"
             f"{compile_s[label]:>11.1f}{c_ratio:>7.2f}"
-            f"{dones[label] / cfg.steps:>12.1f}"
+            f"{dones[label] / cfg.steps:>12.1f}{refills[label] / cfg.steps:>14.3f}"
         )
         result[label] = {
             "steps_per_s": float(sps),
@@ -203,6 +222,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
             "compile_s": float(compile_s[label]),
             "compile_ratio": float(c_ratio),
             "dones_per_step": dones[label] / cfg.steps,
+            "refills_per_step": refills[label] / cfg.steps,
             "times_s": ts.tolist(),
         }
     return result

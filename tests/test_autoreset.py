@@ -8,7 +8,9 @@ import pytest
 
 from metarl import contexts as C
 from metarl.envs import RESET_STRATEGIES, make_contextual
-from metarl.envs.autoreset import where_done
+from metarl.envs.autoreset import pooled_where_done, where_done
+
+STATELESS = [s for s in RESET_STRATEGIES if s != "pool"]
 
 
 def _fresh(operand):
@@ -17,7 +19,7 @@ def _fresh(operand):
 
 
 @pytest.mark.parametrize("chunk", [0.25, 1.0])
-@pytest.mark.parametrize("strategy", RESET_STRATEGIES)
+@pytest.mark.parametrize("strategy", STATELESS)
 def test_where_done_matches_plain_select(strategy, chunk):
     select = where_done(_fresh, chunk, strategy)
     n = 10
@@ -34,7 +36,7 @@ def test_where_done_matches_plain_select(strategy, chunk):
             np.testing.assert_array_equal(got[name], want)
 
 
-@pytest.mark.parametrize("strategy", RESET_STRATEGIES)
+@pytest.mark.parametrize("strategy", STATELESS)
 def test_where_done_nested_vmap(strategy):
     select = where_done(_fresh, 0.5, strategy)
     keys = jax.random.split(jax.random.key(1), 6).reshape(2, 3)
@@ -46,31 +48,70 @@ def test_where_done_nested_vmap(strategy):
     assert np.all((np.abs(got["x"]).sum(-1) > 0) == np.asarray(done))
 
 
+@pytest.mark.parametrize("refill", ["loop", "dense"])
+def test_pool_refills_only_when_a_done_env_needs_it(refill):
+    select = jax.jit(jax.vmap(pooled_where_done(_fresh, 0.5, refill)))
+    n = 6
+    keys = jax.random.split(jax.random.key(0), n)
+    scale = jnp.arange(1, n + 1, dtype=jnp.float32)
+    fresh = jax.vmap(_fresh)((keys, scale))
+    current = {"x": -jnp.ones((n, 3)), "n": jnp.zeros(n, jnp.int32)}
+    empty = jax.tree.map(jnp.zeros_like, current)
+    done = jnp.asarray([1, 0, 0, 1, 0, 0], bool)
+    # an empty pool: filled for every env, the done ones take their entry
+    out, pending, ready = select(done, (keys, scale), current, empty, jnp.zeros(n, bool))
+    np.testing.assert_array_equal(pending["x"], fresh["x"])
+    np.testing.assert_array_equal(out["x"], np.where(done[:, None], fresh["x"], -1.0))
+    np.testing.assert_array_equal(ready, ~done)
+    # envs whose entry is ready take it as it is: no refill (a marked pool shows it)
+    marked = jax.tree.map(lambda x: x + 100, pending)
+    done2 = jnp.asarray([0, 1, 0, 0, 0, 1], bool)
+    out, pending2, ready2 = select(done2, (keys, scale), current, marked, ready)
+    np.testing.assert_array_equal(out["x"], np.where(done2[:, None], fresh["x"] + 100, -1.0))
+    np.testing.assert_array_equal(pending2["x"][0], marked["x"][0])
+    np.testing.assert_array_equal(ready2, ready & ~done2)
+    # a done env with a used entry: the pool is refilled where not ready
+    out, pending3, ready3 = select(done, (keys, scale), current, pending2, ready2)
+    np.testing.assert_array_equal(out["x"], np.where(done[:, None], fresh["x"], -1.0))
+    np.testing.assert_array_equal(pending3["x"][2], marked["x"][2])  # was ready: kept
+    np.testing.assert_array_equal(pending3["x"][1], fresh["x"][1])  # was used: refilled
+    np.testing.assert_array_equal(ready3, ~done)
+
+
 def test_unknown_strategy_lists_the_choices():
     with pytest.raises(ValueError, match="dense"):
         make_contextual("inverted_pendulum", C.ContextSpace({}), reset_strategy="fast")
     with pytest.raises(ValueError, match="loop"):
         where_done(_fresh, 0.5, "sparse")
+    with pytest.raises(ValueError, match="pooled_where_done"):
+        where_done(_fresh, 0.5, "pool")
 
 
 def test_strategies_give_identical_env_states():
     """A real Brax env, episodes ending at different steps (short episodes and
-    random actions), contexts resampled per episode: same states for every
-    strategy, and resets happened."""
+    random actions), trials of 2 episodes, ranges replaced mid-run: same states
+    for every strategy, and resets happened."""
     space = C.ContextSpace(
         {"gravity": C.Scale(0.5, 1.5), "mass": C.Scale(0.7, 1.3, per_element=True)}
     )
+    narrow = C.ContextSpace(
+        {"gravity": C.Scale(1.9, 2.0), "mass": C.Scale(0.7, 1.3, per_element=True)}
+    )
     n, steps = 12, 40
     rollouts = {}
-    for strategy in RESET_STRATEGIES:
+    # "auto" is "loop" here; "pool_dense": the pool refilled as on a GPU
+    for strategy in ("loop", "dense", "compact", "pool", "pool_dense"):
         env = make_contextual(
             "inverted_pendulum",
             space,
             backend="generalized",
             episode_length=9,
-            reset_strategy=strategy,
+            episodes_per_trial=2,
+            reset_strategy=strategy.removesuffix("_dense"),
             reset_chunk=0.25,
         )
+        if strategy == "pool_dense":
+            env._select = pooled_where_done(env._fresh, 0.25, refill="dense")  # noqa: SLF001
 
         def run(key, env=env):
             state = jax.vmap(env.reset)(jax.random.split(key, n))
@@ -78,16 +119,25 @@ def test_strategies_give_identical_env_states():
             def body(state, k):
                 a = jax.random.uniform(k, (n, env.action_size), minval=-1, maxval=1)
                 state = jax.vmap(env.step)(state, a)
-                return state, (state.obs, state.info["context"]["gravity"], state.done)
+                new_trial = state.info["trial"].new_trial
+                return state, (state.obs, state.info["context"]["gravity"], state.done, new_trial)
 
-            return jax.lax.scan(body, state, jax.random.split(key, steps))
+            state, first = jax.lax.scan(body, state, jax.random.split(key, steps // 2))
+            state = jax.vmap(env.set_ranges, in_axes=(0, None))(state, narrow)
+            state, second = jax.lax.scan(body, state, jax.random.split(key, steps // 2))
+            info = {k: v for k, v in state.info.items() if k != "reset_pool"}
+            traj = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), first, second)
+            return state.replace(info=info), traj
 
         rollouts[strategy] = jax.jit(run)(jax.random.key(3))
-    _, (obs, gravity, done) = rollouts["loop"]
-    assert 0 < float(done.mean()) < 1
-    # a done step returns the first state of the next episode, in a new context
+    _, (obs, gravity, done, new_trial) = rollouts["loop"]
+    assert 0 < float(new_trial.sum()) < float(done.sum())
+    # a new trial starts in a new context; the trial's second episode keeps it
     changed = np.asarray(gravity[1:] != gravity[:-1])
-    np.testing.assert_array_equal(changed, np.asarray(done[1:] > 0))
+    np.testing.assert_array_equal(changed, np.asarray(new_trial[1:] > 0))
+    # contexts drawn after set_ranges come from the new ranges (x1.9-2.0, not x0.5-1.5)
+    early, late = np.abs(gravity[: steps // 2]), np.abs(gravity[steps // 2 :])
+    assert late.max() >= 1.9 / 1.5 * early.max()
     for strategy, rollout in rollouts.items():
         for a, b in zip(jax.tree.leaves(rollout), jax.tree.leaves(rollouts["loop"]), strict=True):
             np.testing.assert_array_equal(_raw(a), _raw(b), err_msg=strategy)

@@ -7,7 +7,15 @@ from metarl.envs import (
 )
 from metarl.envs.autoreset import STRATEGIES as RESET_STRATEGIES
 from metarl.envs.check import ContractError, check_env
-from metarl.envs.contextual import CONTEXT, TRIAL, ContextualEnv, TrialInfo, make_contextual
+from metarl.envs.contextual import (
+    CONTEXT,
+    POOL,
+    TRIAL,
+    ContextualEnv,
+    ResetPool,
+    TrialInfo,
+    make_contextual,
+)
 from metarl.envs.mjcf import MjcfEnv
 
 __all__ = [
@@ -17,6 +25,8 @@ __all__ = [
     "ContextualEnv",
     "ContractError",
     "MjcfEnv",
+    "POOL",
+    "ResetPool",
     "TrialInfo",
     "check_env",
     "make_contextual",

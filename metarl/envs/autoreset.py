@@ -20,6 +20,13 @@ function carries a `jax.custom_batching` rule):
   instead of two.
 * ``"auto"`` (default): ``"loop"`` on CPU, ``"dense"`` elsewhere, chosen when
   the function is lowered for a platform (`jax.lax.platform_dependent`).
+* ``"pool"``: `pooled_where_done`. Every env keeps its *next* fresh state,
+  computed ahead; a done env swaps it in, and the pool is refilled in bulk
+  (loop on CPU, dense elsewhere) only at steps where some done env's entry was
+  already used. Exact because an env's next reset depends only on inputs that
+  change when it resets (its key, reset count, episode index, context) or
+  through `ContextualEnv.set_ranges`, which empties the pool. A dense refill
+  every k steps costs 1/k of "dense"; it adds one `lax.cond` per step.
 
 Nested vmaps (envs inside contexts) work: the outer vmap batches the loop
 with a select.
@@ -34,7 +41,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-STRATEGIES = ("auto", "loop", "compact", "dense")
+STRATEGIES = ("auto", "loop", "compact", "dense", "pool")
 
 
 def _where(done: jax.Array, new: Any, old: Any) -> Any:
@@ -67,7 +74,32 @@ def where_done(
     """
     if not 0 < chunk <= 1:
         raise ValueError(f"chunk must be a fraction in (0, 1], got {chunk}")
-    check_strategy(strategy)
+    if check_strategy(strategy) == "pool":
+        raise ValueError('strategy "pool" keeps state: build it with pooled_where_done')
+    batched_impl = _batched_impls(fresh_fn, chunk)
+
+    @jax.custom_batching.custom_vmap
+    def select(done, operand, current):
+        return _where(done, fresh_fn(operand), current)
+
+    @select.def_vmap
+    def _batched(axis_size, in_batched, done, operand, current):
+        done, operand, current = _broadcast(axis_size, (done, operand, current), in_batched)
+        out = batched_impl[strategy](done, operand, current)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return select
+
+
+def _broadcast(axis_size: int, args: tuple, in_batched: list) -> list:
+    def batch(x, is_batched):
+        return x if is_batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
+
+    return [jax.tree.map(batch, a, b) for a, b in zip(args, in_batched, strict=True)]
+
+
+def _batched_impls(fresh_fn: Callable[[Any], Any], chunk: float) -> dict[str, Callable]:
+    """strategy -> batched (done[B], operand, current) -> fresh where done, else current."""
 
     def dense(done, operand, current):
         return _where(done, jax.vmap(fresh_fn)(operand), current)
@@ -92,30 +124,56 @@ def where_done(
             return state
         return jax.lax.fori_loop(1, jnp.maximum(trips, 1), body, state)
 
-    batched_impl = {
+    impls = {
         "dense": dense,
         "loop": lambda *a: looped(*a, first_outside=False),
         "compact": lambda *a: looped(*a, first_outside=True),
     }
+    impls["auto"] = lambda *a: jax.lax.platform_dependent(
+        *a, cpu=impls["loop"], default=impls["dense"]
+    )
+    return impls
+
+
+def pooled_where_done(
+    fresh_fn: Callable[[Any], Any], chunk: float, refill: str = "auto"
+) -> Callable[[Any, Any, Any, Any, Any], Any]:
+    """Builds select(done, operand, current, pending, ready) -> (state, pending, ready).
+
+    ``pending`` is one env's next fresh state, valid where ``ready``; `operand`
+    must be the inputs of that next reset (what `fresh_fn` would be called with
+    if the env were done now). Returns ``pending if done else current`` (with
+    `pending` computed first where it was not ready), the pool and the new
+    readiness (False where done: the entry was used). Under vmap the pool is
+    refilled, for every env whose entry is not ready, only at steps where a
+    done env needs it (a loop of 0 or 1 trips per step), by the stateless
+    strategy `refill` ("auto": loop on CPU, dense elsewhere). Same states as
+    `where_done`.
+    """
+    if not 0 < chunk <= 1:
+        raise ValueError(f"chunk must be a fraction in (0, 1], got {chunk}")
+    if check_strategy(refill) == "pool":
+        raise ValueError('refill must be a stateless strategy, not "pool"')
+    refill_impl = _batched_impls(fresh_fn, chunk)[refill]
 
     @jax.custom_batching.custom_vmap
-    def select(done, operand, current):
-        return _where(done, fresh_fn(operand), current)
+    def select(done, operand, current, pending, ready):
+        pending = _where(ready, pending, fresh_fn(operand))
+        return _where(done, pending, current), pending, ready & ~done
 
     @select.def_vmap
-    def _batched(axis_size, in_batched, done, operand, current):
-        def batch(x, is_batched):
-            return x if is_batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
-
-        done = batch(done, in_batched[0])
-        operand = jax.tree.map(batch, operand, in_batched[1])
-        current = jax.tree.map(batch, current, in_batched[2])
-        if strategy == "auto":
-            out = jax.lax.platform_dependent(
-                done, operand, current, cpu=batched_impl["loop"], default=batched_impl["dense"]
-            )
-        else:
-            out = batched_impl[strategy](done, operand, current)
+    def _batched(axis_size, in_batched, done, operand, current, pending, ready):
+        done, operand, current, pending, ready = _broadcast(
+            axis_size, (done, operand, current, pending, ready), in_batched
+        )
+        refill = jnp.any(done & ~ready)
+        # A loop of 0 or 1 trips, not lax.cond: XLA rounds a cond branch
+        # differently (seen on CPU), a loop body as the other strategies do.
+        pending = jax.lax.fori_loop(
+            0, refill.astype(jnp.int32), lambda _, p: refill_impl(~ready, operand, p), pending
+        )
+        ready = ready | refill
+        out = (_where(done, pending, current), pending, ready & ~done)
         return out, jax.tree.map(lambda _: True, out)
 
     return select

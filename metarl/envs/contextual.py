@@ -28,11 +28,12 @@ from flax import struct
 
 from metarl.contexts import BACKENDS, Binding, Context, ContextSpace, bind
 from metarl.envs import sources
-from metarl.envs.autoreset import check_strategy, where_done
+from metarl.envs.autoreset import check_strategy, pooled_where_done, where_done
 from metarl.envs.mjcf import MjcfEnv
 
 CONTEXT = "context"  # state.info key: {name: sampled value}
 TRIAL = "trial"  # state.info key: TrialInfo
+POOL = "reset_pool"  # state.info key, reset_strategy="pool" only: ResetPool
 
 VISIBILITY = (False, True, "privileged")
 
@@ -52,6 +53,14 @@ class TrialInfo:
     new_episode: jax.Array  # float32[]: 1 where `obs` is the first of an episode
     new_trial: jax.Array  # float32[]: 1 where `obs` is the first of a trial
     final_obs: Any  # observation the finished episode ended on (== obs where not done)
+
+
+@struct.dataclass
+class ResetPool:
+    """reset_strategy="pool": this env's next fresh (pipeline_state, obs, context)."""
+
+    pending: Any
+    ready: jax.Array  # bool[]: pending is this env's next reset (False: to be refilled)
 
 
 def _strong(tree):
@@ -84,7 +93,10 @@ class ContextualEnv(Env):
         self.episodes_per_trial = episodes_per_trial
         self.visible_context = visible_context
         self.reset_strategy = check_strategy(reset_strategy)
-        self._select = where_done(self._fresh, reset_chunk, reset_strategy)
+        if reset_strategy == "pool":
+            self._select = pooled_where_done(self._fresh, reset_chunk)
+        else:
+            self._select = where_done(self._fresh, reset_chunk, reset_strategy)
 
     # ---- Brax Env interface ----
     @property
@@ -149,6 +161,9 @@ class ContextualEnv(Env):
             final_obs=obs,
         )
         info = {**first.info, CONTEXT: context, TRIAL: trial}
+        if self.reset_strategy == "pool":  # empty: filled when an env first finishes
+            pending = (first.pipeline_state, first.obs, context)
+            info[POOL] = ResetPool(pending, jnp.zeros((), bool))
         return _strong(State(first.pipeline_state, obs, zero, zero, first.metrics, info))
 
     @property
@@ -181,11 +196,25 @@ class ContextualEnv(Env):
             lambda x: jnp.where(finite, x, 0.0), self._observe(nstate.obs, context)
         )
 
-        pipeline_state, base_obs, context = self._select(
-            done > 0,
-            (trial.key, trial.resets, trial_over, context, trial.ranges),
-            (nstate.pipeline_state, nstate.obs, context),
+        # The inputs of this env's next reset, were it done now.
+        operand = (
+            trial.key,
+            trial.resets,
+            trial.episode + 1 >= self.episodes_per_trial,
+            context,
+            trial.ranges,
         )
+        current = (nstate.pipeline_state, nstate.obs, context)
+        info = {}
+        if self.reset_strategy == "pool":
+            pool: ResetPool = state.info[POOL]
+            selected, pending, ready = self._select(
+                done > 0, operand, current, pool.pending, pool.ready
+            )
+            info[POOL] = ResetPool(pending, ready)
+        else:
+            selected = self._select(done > 0, operand, current)
+        pipeline_state, base_obs, context = selected
         obs = self._observe(base_obs, context)
         trial = trial.replace(
             resets=trial.resets + (done > 0).astype(jnp.int32),
@@ -198,7 +227,7 @@ class ContextualEnv(Env):
             new_trial=trial_over.astype(jnp.float32),
             final_obs=final_obs,
         )
-        info = {**nstate.info, CONTEXT: context, TRIAL: trial}
+        info = {**nstate.info, CONTEXT: context, TRIAL: trial, **info}
         return _strong(
             nstate.replace(
                 pipeline_state=pipeline_state, obs=obs, reward=reward, done=done, info=info
@@ -219,7 +248,10 @@ class ContextualEnv(Env):
             trial.ranges,
             ranges,
         )
-        return state.replace(info={**state.info, TRIAL: trial.replace(ranges=new)})
+        info = {**state.info, TRIAL: trial.replace(ranges=new)}
+        if POOL in info:  # its entries were drawn from the old ranges
+            info[POOL] = info[POOL].replace(ready=jnp.zeros_like(info[POOL].ready))
+        return state.replace(info=info)
 
     # ---- internals ----
     def _call(self, fn, context: Context, *args):
@@ -322,8 +354,10 @@ def make_contextual(
       reset_strategy: how done envs get their fresh reset under vmap, one of
         ``metarl.envs.RESET_STRATEGIES``: "dense" (a reset for every env, kept where done; best
         on GPU), "loop" (resets only for done envs, in chunks; best on CPU),
-        "compact", or "auto" (loop on CPU, dense elsewhere). All give
-        identical states.
+        "compact", "pool" (each env's next reset computed ahead, refilled in
+        bulk only at steps where a done env needs it; the state carries the
+        pool) or "auto" (loop on CPU, dense elsewhere). All give identical
+        states.
       **env_kwargs: for a Brax env name, passed to its constructor; for a
         Playground name, its config overrides (``impl="jax"`` unless given).
     """
