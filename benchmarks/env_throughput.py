@@ -94,9 +94,12 @@ def _brax_randomizer(num_envs: int):
     return randomize
 
 
-def _ready(state) -> jax.Array:
-    pool = state.info.get(POOL)
-    return jnp.int32(0) if pool is None else pool.ready.sum()
+def _refilled(state, nxt) -> jax.Array:
+    """Whether a "pool" step refilled: every entry is ready before the done envs use theirs."""
+    if POOL not in state.info:
+        return jnp.int32(0)
+    before, after = state.info[POOL].ready.sum(), nxt.info[POOL].ready.sum()
+    return (after + nxt.done.sum() > before).astype(jnp.int32)
 
 
 def _rollout(reset, step, action_size: int, num_envs: int, steps: int):
@@ -108,10 +111,7 @@ def _rollout(reset, step, action_size: int, num_envs: int, steps: int):
         def body(state, k):
             action = jax.random.uniform(k, (num_envs, action_size), minval=-1.0, maxval=1.0)
             nxt = step(state, action)
-            dones = nxt.done.sum()
-            # a refill makes every entry ready before the done envs use theirs
-            refilled = _ready(nxt) + dones > _ready(state)
-            return nxt, (dones, refilled.astype(jnp.int32))
+            return nxt, (nxt.done.sum(), _refilled(state, nxt))
 
         state, (dones, refills) = jax.lax.scan(body, state, jax.random.split(key, steps))
         return dones.sum(), refills.sum()

@@ -1,0 +1,27 @@
+"""Test-wide settings.
+
+JAX's persistent compilation cache, shared by the pytest workers and the
+experiment subprocesses the tests start: a program compiled once in a run
+(a resumed experiment, the same rollout in two tests) is loaded, not
+recompiled. Entries are keyed by the program, JAX version and flags, so the
+cache never returns a stale executable. A cache load still fires JAX's
+backend-compile event, so `metarl.compilation.count_compilations` counts it
+and the no-recompile tests stay exact (tests/test_compilation.py).
+Set METARL_TEST_JAX_CACHE=0 to switch it off.
+"""
+
+import os
+from pathlib import Path
+
+if os.environ.get("METARL_TEST_JAX_CACHE", "1") != "0":
+    _dir = Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax_compilation_cache"
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_dir))
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
+
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+    jax.config.update(
+        "jax_persistent_cache_min_compile_time_secs",
+        float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+    )
