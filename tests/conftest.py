@@ -17,6 +17,9 @@ if os.environ.get("METARL_TEST_JAX_CACHE", "1") != "0":
     _dir = Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax_compilation_cache"
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(_dir))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
+    # A size limit makes JAX lock the cache (filelock), so that two processes
+    # never read an entry while the other is still writing it.
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
 
     import jax
 
@@ -24,4 +27,7 @@ if os.environ.get("METARL_TEST_JAX_CACHE", "1") != "0":
     jax.config.update(
         "jax_persistent_cache_min_compile_time_secs",
         float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+    )
+    jax.config.update(
+        "jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"])
     )

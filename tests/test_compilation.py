@@ -30,12 +30,13 @@ def test_a_cache_load_counts_as_a_compilation():
     try:
         shift = float(uuid.uuid4().int % 1000)  # a program no earlier run cached
         f = jax.jit(lambda x: jnp.sin(x) * 3.0 + jnp.cos(x) + shift)
-        x = jnp.arange(5.0)
+        x = np.arange(5.0, dtype=np.float32)
         with count_compilations() as first:
             want = f(x)
         with count_compilations() as again:
             f(x)  # in memory: nothing built
         jax.clear_caches()
+        hits.clear()
         with count_compilations() as loaded:
             got = f(x)  # from the persistent cache
         assert len(hits) == 1, "the third call did not load from the persistent cache"
