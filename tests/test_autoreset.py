@@ -144,4 +144,57 @@ def test_strategies_give_identical_env_states():
 
 
 def _raw(x):
+    x = x if hasattr(x, "dtype") else np.asarray(x)
     return np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+
+
+def test_ppo_trains_identically_with_the_pool():
+    """The pool through the trainer: a GRU agent, trials of 2 short episodes,
+    new ranges between segments (the trainer's vmapped set_ranges must empty
+    the pool): parameters, metrics and env states equal those of the loop."""
+    from metarl.agents import ppo
+
+    space = C.ContextSpace({"gravity": C.Scale(0.5, 1.5)})
+    config = ppo.PPOConfig(
+        num_envs=8, unroll_length=8, num_minibatches=2, core="gru", hidden_size=16,
+        policy_hidden=(16,), value_hidden=(16,),
+    )  # fmt: skip
+    results = {}
+    for strategy in ("loop", "pool"):
+        env = make_contextual(
+            "inverted_pendulum",
+            space,
+            backend="generalized",
+            episode_length=6,
+            episodes_per_trial=2,
+            reset_strategy=strategy,
+        )
+        train = ppo.make_train_space(env, config)
+        ts = ppo.init_training_state(train, jax.random.key(0))
+        es = ppo.init_env_state(train, jax.random.key(1))
+        ts, es, m1 = ppo.run_train(train, ts, es, 256)
+        narrow = C.ContextSpace({"gravity": C.Scale(1.9, 2.0)})
+        ts, es, m2 = ppo.run_train(train, ts, es, 256, context=narrow)
+        info = {k: v for k, v in es.env.info.items() if k != "reset_pool"}
+        results[strategy] = (ts.params, es.env.replace(info=info), m1, m2)
+    assert float(results["loop"][2]["episodes"]) > 0
+    pool, loop = (jax.tree_util.tree_leaves_with_path(results[s]) for s in ("pool", "loop"))
+    for (path, a), (_, b) in zip(pool, loop, strict=True):
+        if not any(t in jax.tree_util.keystr(path) for t in ("seconds", "per_sec")):  # timings
+            np.testing.assert_array_equal(_raw(a), _raw(b), err_msg=jax.tree_util.keystr(path))
+
+
+def test_set_ranges_empties_the_pool():
+    space = C.ContextSpace({"gravity": C.Scale(0.5, 1.5)})
+    env = make_contextual(
+        "inverted_pendulum", space, backend="generalized", episode_length=2, reset_strategy="pool"
+    )
+    step = jax.jit(jax.vmap(env.step))
+    fresh = jax.vmap(env.reset)(jax.random.split(jax.random.key(0), 4))
+    ahead = step(fresh, jnp.zeros((4, env.action_size)))
+    state = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), ahead, fresh)
+    # the 4 envs ahead end their episode: the pool is filled for all 8, they use theirs
+    state = step(state, jnp.zeros((8, env.action_size)))
+    np.testing.assert_array_equal(state.info["reset_pool"].ready, [False] * 4 + [True] * 4)
+    state = jax.vmap(env.set_ranges, in_axes=(0, None))(state, space.scaled(0.5))
+    assert not np.asarray(state.info["reset_pool"].ready).any()
