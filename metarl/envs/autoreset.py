@@ -72,8 +72,6 @@ def where_done(
         (used by the "loop" and "compact" strategies).
       strategy: one of `STRATEGIES` (see the module docstring).
     """
-    if not 0 < chunk <= 1:
-        raise ValueError(f"chunk must be a fraction in (0, 1], got {chunk}")
     if check_strategy(strategy) == "pool":
         raise ValueError('strategy "pool" keeps state: build it with pooled_where_done')
     batched_impl = _batched_impls(fresh_fn, chunk)
@@ -100,6 +98,8 @@ def _broadcast(axis_size: int, args: tuple, in_batched: list) -> list:
 
 def _batched_impls(fresh_fn: Callable[[Any], Any], chunk: float) -> dict[str, Callable]:
     """strategy -> batched (done[B], operand, current) -> fresh where done, else current."""
+    if not 0 < chunk <= 1:
+        raise ValueError(f"chunk must be a fraction in (0, 1], got {chunk}")
 
     def dense(done, operand, current):
         return _where(done, jax.vmap(fresh_fn)(operand), current)
@@ -150,8 +150,6 @@ def pooled_where_done(
     strategy `refill` ("auto": loop on CPU, dense elsewhere). Same states as
     `where_done`.
     """
-    if not 0 < chunk <= 1:
-        raise ValueError(f"chunk must be a fraction in (0, 1], got {chunk}")
     if check_strategy(refill) == "pool":
         raise ValueError('refill must be a stateless strategy, not "pool"')
     refill_impl = _batched_impls(fresh_fn, chunk)[refill]
@@ -166,13 +164,13 @@ def pooled_where_done(
         done, operand, current, pending, ready = _broadcast(
             axis_size, (done, operand, current, pending, ready), in_batched
         )
-        refill = jnp.any(done & ~ready)
+        needed = jnp.any(done & ~ready)
         # A loop of 0 or 1 trips, not lax.cond: XLA rounds a cond branch
         # differently (seen on CPU), a loop body as the other strategies do.
         pending = jax.lax.fori_loop(
-            0, refill.astype(jnp.int32), lambda _, p: refill_impl(~ready, operand, p), pending
+            0, needed.astype(jnp.int32), lambda _, p: refill_impl(~ready, operand, p), pending
         )
-        ready = ready | refill
+        ready = ready | needed
         out = (_where(done, pending, current), pending, ready & ~done)
         return out, jax.tree.map(lambda _: True, out)
 
