@@ -4,6 +4,8 @@ bootstrap confidence interval, next to the plain mean.
 
     s = summarize(final_returns)          # [num_seeds] or [num_seeds, num_tasks]
     print(format_iqm(s))                  # "IQM 473 [451, 489]"
+    d = difference(returns_a, returns_b)  # A vs B, seeds of each: [n_a], [n_b]
+    print(format_difference(d))           # "+33 [-60, 121]"
 
 Scores are ``[num_seeds]`` or ``[num_seeds, num_tasks]``: tasks (here: evaluation
 contexts or environments) are the strata, and each bootstrap resample draws seeds with
@@ -11,6 +13,10 @@ replacement within each task. The IQM is the mean of the middle 50% of all score
 fractional weights at the quartiles when the count is not a multiple of 4 (the
 convention of rliable, equal to ``scipy.stats.trim_mean(x, 0.25)`` for multiples of 4).
 The CI is the percentile interval of the bootstrap distribution of the IQM.
+
+To say whether A beats B, `difference` gives the difference of their mean scores
+with a 95% bootstrap CI, resampling the seeds of A and of B independently (two
+separate runs, nothing paired): A beats B when the whole interval is above 0.
 
 Why not rliable: it pins an old ``arch`` and pulls pandas and seaborn for plotting; the
 two statistics metarl needs fit in this module (tested against scipy and known cases).
@@ -82,3 +88,43 @@ def format_iqm(summary: Summary, digits: int = 0) -> str:
     if summary.n <= 1:
         return f.format(summary.iqm)
     return f"{f.format(summary.iqm)} [{f.format(summary.ci_low)}, {f.format(summary.ci_high)}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    """mean(A) - mean(B) over seeds, and its bootstrap confidence interval."""
+
+    diff: float
+    ci_low: float
+    ci_high: float
+    n_a: int
+    n_b: int
+
+
+def difference(a, b, *, reps: int = 2000, confidence: float = 0.95, seed: int = 0) -> Difference:
+    """mean(a) - mean(b) and a `confidence` percentile-bootstrap CI, resampling the seeds
+    of `a` and of `b` independently (unpaired). Non-finite scores are dropped; with
+    fewer than two finite seeds on either side the CI is the point itself.
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    x, y = (np.asarray(v, np.float64) for v in (a, b))
+    if x.ndim != 1 or y.ndim != 1:
+        raise ValueError(f"a and b must be [num_seeds] each, got {x.shape} and {y.shape}")
+    x, y = x[np.isfinite(x)], y[np.isfinite(y)]
+    if x.size == 0 or y.size == 0:
+        return Difference(float("nan"), float("nan"), float("nan"), x.size, y.size)
+    point = float(x.mean() - y.mean())
+    if x.size < 2 or y.size < 2:
+        return Difference(point, point, point, x.size, y.size)
+    rng = np.random.default_rng(seed)
+    boots = rng.choice(x, (reps, x.size)).mean(1) - rng.choice(y, (reps, y.size)).mean(1)
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(boots, [alpha, 1 - alpha])
+    return Difference(point, float(low), float(high), x.size, y.size)
+
+
+def format_difference(d: Difference, digits: int = 0) -> str:
+    """``"+diff [low, high]"`` with `digits` decimals."""
+    f = f"{{:+.{digits}f}} [{{:.{digits}f}}, {{:.{digits}f}}]"
+    return f.format(d.diff, d.ci_low, d.ci_high)

@@ -48,3 +48,32 @@ def test_edge_cases():
     assert stats.format_iqm(stats.summarize([1.0, 2.0, 3.0, 4.0])).startswith("2 [")
     with pytest.raises(ValueError, match="num_seeds"):
         stats.summarize(np.zeros((2, 2, 2)))
+
+
+def test_difference_ci_covers_the_true_gap_and_says_which_is_better():
+    rng = np.random.default_rng(0)
+    hits = 0
+    for trial in range(200):
+        d = stats.difference(
+            rng.normal(5.0, 2.0, 12), rng.normal(3.0, 1.0, 8), reps=500, seed=trial
+        )
+        hits += d.ci_low <= 2.0 <= d.ci_high
+    assert 0.85 <= hits / 200 <= 0.995
+    far = stats.difference([10.0, 11.0, 12.0, 13.0], [1.0, 2.0, 3.0])
+    assert (far.diff, far.n_a, far.n_b) == (9.5, 4, 3) and far.ci_low > 0
+    assert stats.format_difference(far).startswith("+10 [")
+    same = stats.difference([1.0, 5.0, 3.0, 7.0], [2.0, 6.0, 4.0, 4.0])
+    assert same.ci_low < 0 < same.ci_high
+    assert stats.format_difference(stats.difference([1.0, 2.0], [4.0, 5.0])).startswith("-3 [")
+
+
+def test_difference_edge_cases():
+    one = stats.difference([4.0], [1.0, 2.0, 3.0])
+    assert (one.diff, one.ci_low, one.ci_high) == (2.0, 2.0, 2.0)
+    dropped = stats.difference([1.0, np.nan, 3.0], [0.0, 0.0])
+    assert (dropped.diff, dropped.n_a) == (2.0, 2)
+    assert np.isnan(stats.difference([np.nan], [1.0]).diff)
+    with pytest.raises(ValueError, match="num_seeds"):
+        stats.difference(np.zeros((2, 2)), [1.0])
+    with pytest.raises(ValueError, match="confidence"):
+        stats.difference([1.0], [1.0], confidence=1.5)
