@@ -13,17 +13,28 @@ Reported per trainer, in one run: steady training env-steps/s, compile time
 of the final policy at the same step budget (Brax: its own evaluator; metarl:
 `metarl.evaluation`, both over full-length episodes).
 
+With several `--seeds`, every trainer trains once per seed (metarl compiles
+once and reuses the program; Brax compiles per call). Speeds are medians over
+seeds, compile times the first seed's; returns are summarised as the IQM with a 95% bootstrap
+CI, and each metarl trainer's mean return is compared with Brax PPO's: the
+difference of means with its 95% CI (`metarl.stats.difference`). A return
+claim needs that interval, not one seed.
+
 Brax 0.14.2's PPO calls `jax.device_put_replicated`, which JAX 0.10 removed
 from its public API; this benchmark re-exposes it (one line, benchmark only).
 
     python benchmarks/ppo_throughput.py --num-timesteps 1_000_000
+    python benchmarks/ppo_throughput.py --env hopper --num-timesteps 300_000 \
+        --num-envs 256 --no-gru --seeds 0 1 2 3 4 5 6 7 --out benchmarks/results/ppo_cpu2.json
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -31,6 +42,7 @@ import tyro
 
 from metarl import contexts as C
 from metarl import evaluation as E
+from metarl import stats
 from metarl.agents import ppo
 from metarl.envs import make_contextual
 
@@ -54,14 +66,15 @@ class Config:
     episode_length: int = 1000
     segments: int = 5
     eval_episodes: int = 16
-    seed: int = 0
+    seeds: tuple[int, ...] = (0,)
     gru: bool = True  # also time metarl's GRU agent
+    out: str | None = None  # a JSON file for the per-seed results
 
 
 POLICY, VALUE = (32, 32), (64, 64)
 
 
-def brax_ppo(cfg: Config) -> dict:
+def brax_ppo(cfg: Config, seed: int) -> dict:
     from brax import envs as brax_envs
     from brax.training.agents.ppo import networks as ppo_networks
     from brax.training.agents.ppo import train as brax_train
@@ -95,7 +108,7 @@ def brax_ppo(cfg: Config) -> dict:
         num_evals=cfg.segments + 1,
         num_eval_envs=cfg.eval_episodes,
         deterministic_eval=True,
-        seed=cfg.seed,
+        seed=seed,
         network_factory=functools.partial(
             ppo_networks.make_ppo_networks,
             policy_hidden_layer_sizes=POLICY,
@@ -112,7 +125,8 @@ def brax_ppo(cfg: Config) -> dict:
     }
 
 
-def metarl_ppo(cfg: Config, core: str) -> dict:
+def metarl_ppo(cfg: Config, core: str) -> list[dict]:
+    """One run per seed of `cfg.seeds`, all with the program compiled for the first."""
     env = make_contextual(cfg.env, C.ContextSpace({}), episode_length=cfg.episode_length)
     config = ppo.PPOConfig(
         num_envs=cfg.num_envs,
@@ -127,43 +141,94 @@ def metarl_ppo(cfg: Config, core: str) -> dict:
         policy_hidden=POLICY,
         value_hidden=VALUE,
         rl2_inputs=core != "mlp",
-        seed=cfg.seed,
     )
-    start = time.perf_counter()
-    space, ts, history = ppo.train(env, config, cfg.num_timesteps, segments=cfg.segments)
-    total = time.perf_counter() - start
-    steady = float(np.median([m["env_steps_per_sec"] for m in history[1:]]))
     evaluator = E.Evaluator(env, episodes=cfg.eval_episodes, max_contexts=1)
-    result = evaluator.evaluate(
-        ppo.make_policy(space, ts), E.ContextSet("train", {}), jax.random.key(cfg.seed)
-    )
-    return {
-        "steps_per_sec": steady,
-        "compile_s": total - history[-1]["env_steps"] / steady,
-        "return": float(result.mean[0]),
-    }
+    per_segment = -(-cfg.num_timesteps // cfg.segments)
+    results = []
+    start = time.perf_counter()
+    space = ppo.make_train_space(env, config)
+    for seed in cfg.seeds:  # the keys ppo.train(env, replace(config, seed=seed)) uses
+        k_train, k_env = ppo.split_keys(ppo.seed_keys(seed), 2)
+        ts, es = ppo.init_training_state(space, k_train), ppo.init_env_state(space, k_env)
+        history = []
+        for _ in range(cfg.segments):
+            ts, es, metrics = ppo.run_train(space, ts, es, per_segment)
+            history.append(metrics)
+        total = time.perf_counter() - start
+        steady = float(np.median([m["env_steps_per_sec"] for m in history[1:]]))
+        result = evaluator.evaluate(
+            ppo.make_policy(space, ts), E.ContextSet("train", {}), jax.random.key(seed)
+        )
+        results.append(
+            {
+                "steps_per_sec": steady,
+                "compile_s": total - history[-1]["env_steps"] / steady,
+                "return": float(result.mean[0]),
+            }
+        )
+        start = time.perf_counter()
+    return results
 
 
 def main(cfg: Config) -> None:
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {cfg}")
-    trainers = {"brax_ppo": brax_ppo, "metarl_mlp": lambda c: metarl_ppo(c, "mlp")}
+    trainers = {
+        "brax_ppo": lambda c: [brax_ppo(c, seed) for seed in c.seeds],
+        "metarl_mlp": lambda c: metarl_ppo(c, "mlp"),
+    }
     if cfg.gru:
         trainers["metarl_gru"] = lambda c: metarl_ppo(c, "gru")
-    results = {}
+    runs = {}
     for name, train in trainers.items():
-        results[name] = train(cfg)
-        print(f"{name}: {results[name]}", flush=True)
-    base = results["brax_ppo"]
-    print(f"\n{'trainer':<12}{'steps/s':>10}{'vs brax':>9}{'compile s':>11}{'eval return':>13}")
-    for name, r in results.items():
-        ratio = r["steps_per_sec"] / base["steps_per_sec"]
+        runs[name] = train(cfg)
+        for seed, r in zip(cfg.seeds, runs[name]):
+            print(f"{name} seed {seed}: {r}", flush=True)
+    med = lambda name, key: float(np.median([r[key] for r in runs[name]]))  # noqa: E731
+    compile_s = lambda name: runs[name][0]["compile_s"]  # noqa: E731
+    returns = {name: [r["return"] for r in rs] for name, rs in runs.items()}
+    base = med("brax_ppo", "steps_per_sec")
+    print(
+        f"\n{len(cfg.seeds)} seed(s); steps/s: median; compile: first seed; return: IQM [95% CI]; "
+        "vs Brax return: difference of means [95% CI]"
+    )
+    print(
+        f"{'trainer':<12}{'steps/s':>10}{'vs brax':>9}{'compile s':>11}"
+        f"{'eval return':>22}{'vs brax return':>22}"
+    )
+    summary = {}
+    for name in runs:
+        sps = med(name, "steps_per_sec")
+        ret = stats.summarize(returns[name])
+        summary[name] = {
+            "steps_per_sec": sps,
+            "vs_brax": sps / base,
+            "compile_s": compile_s(name),
+            "return_iqm": dataclasses.asdict(ret),
+        }
+        vs = ""
+        if name != "brax_ppo":
+            diff = stats.difference(returns[name], returns["brax_ppo"])
+            summary[name]["return_minus_brax"] = dataclasses.asdict(diff)
+            vs = stats.format_difference(diff)
         print(
-            f"{name:<12}{r['steps_per_sec']:>10,.0f}{ratio:>9.2f}"
-            f"{r['compile_s']:>11.1f}{r['return']:>13.1f}"
+            f"{name:<12}{sps:>10,.0f}{sps / base:>9.2f}{compile_s(name):>11.1f}"
+            f"{stats.format_iqm(ret, 1):>22}{vs:>22}"
         )
     if cfg.gru:
-        ratio = results["metarl_gru"]["steps_per_sec"] / results["metarl_mlp"]["steps_per_sec"]
+        ratio = med("metarl_gru", "steps_per_sec") / med("metarl_mlp", "steps_per_sec")
         print(f"gru / mlp throughput: {ratio:.2f}")
+    if cfg.out:
+        record = {
+            "config": dataclasses.asdict(cfg),
+            "jax": jax.__version__,
+            "platform": jax.devices()[0].platform,
+            "device": jax.devices()[0].device_kind,
+            "runs": {n: dict(zip(map(str, cfg.seeds), rs)) for n, rs in runs.items()},
+            "summary": summary,
+        }
+        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.out).write_text(json.dumps(record, indent=1))
+        print(f"wrote {cfg.out}")
 
 
 if __name__ == "__main__":

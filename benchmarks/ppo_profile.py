@@ -1,0 +1,117 @@
+"""Where a PPO iteration's time goes, per core (mlp, gru, lstm): rollout vs learner.
+
+An iteration is: unroll every env for `unroll_length` steps, run the critic
+and GAE over the unroll, then `epochs` epochs of minibatch SGD. The SGD cost
+is measured by ablation: the same program compiled with 1 and with `epochs`
+epochs, timed side by side in paired rounds (each round runs every variant
+once, in turn), so
+
+    one SGD epoch = (t[epochs] - t[1]) / (epochs - 1)
+    rollout, critic and the rest = t[1] - one SGD epoch
+
+(milliseconds per iteration, medians over rounds). On a GPU this says whether
+a recurrent core loses its time in the learner's loop over time or in the
+rollout. `--trace-dir DIR` also records a `jax.profiler` trace of one
+iteration per core (open it with TensorBoard's profile plugin or Perfetto; on
+a CPU every XLA thunk is an event, so keep the env small there).
+
+    python benchmarks/ppo_profile.py --env inverted_pendulum --num-envs 512
+    python benchmarks/ppo_profile.py --env hopper --num-envs 2048 --num-minibatches 16 \\
+        --trace-dir /tmp/ppo_trace
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import numpy as np
+import tyro
+
+from metarl import contexts as C
+from metarl.agents import ppo
+from metarl.envs import make_contextual
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    env: str = "inverted_pendulum"
+    cores: tuple[str, ...] = ("mlp", "gru")
+    num_envs: int = 512
+    unroll_length: int = 16
+    num_minibatches: int = 8
+    epochs: int = 4  # num_updates_per_batch of the full program
+    iterations: int = 8  # PPO iterations per timed call
+    rounds: int = 5
+    trace_dir: str | None = None
+
+
+def _run(env, cfg: Config, core: str, epochs: int):
+    config = ppo.PPOConfig(
+        num_envs=cfg.num_envs,
+        unroll_length=cfg.unroll_length,
+        num_minibatches=cfg.num_minibatches,
+        num_updates_per_batch=epochs,
+        core=core,
+        hidden_size=32,
+        policy_hidden=(32, 32),
+        value_hidden=(64, 64),
+        rl2_inputs=core != "mlp",
+    )
+    space = ppo.make_train_space(env, config)
+    k_train, k_env = ppo.split_keys(ppo.seed_keys(0), 2)
+    return [space, ppo.init_training_state(space, k_train), ppo.init_env_state(space, k_env)]
+
+
+def _call(run, steps: int) -> float:
+    space, ts, es = run
+    start = time.perf_counter()
+    ts, es, _ = ppo.run_train(space, ts, es, steps)
+    jax.block_until_ready((ts, es))
+    run[1], run[2] = ts, es
+    return time.perf_counter() - start
+
+
+def main(cfg: Config) -> dict[str, dict[str, float]]:
+    if cfg.epochs < 2:
+        raise ValueError(f"--epochs must be >= 2 to separate the SGD cost, got {cfg.epochs}")
+    env = make_contextual(cfg.env, C.ContextSpace({}), episode_length=1000)
+    steps = cfg.iterations * cfg.num_envs * cfg.unroll_length
+    runs = {(core, e): _run(env, cfg, core, e) for core in cfg.cores for e in (1, cfg.epochs)}
+    times: dict = {name: [] for name in runs}
+    for round_ in range(cfg.rounds + 1):  # round 0 compiles
+        for name, run in runs.items():
+            elapsed = _call(run, steps)
+            if round_:
+                times[name].append(elapsed / cfg.iterations * 1e3)
+    if cfg.trace_dir:
+        for core in cfg.cores:
+            with jax.profiler.trace(f"{cfg.trace_dir}/{core}"):
+                _call(runs[(core, cfg.epochs)], cfg.num_envs * cfg.unroll_length)
+        print(f"traces: {cfg.trace_dir}/<core>")
+    print(
+        f"{jax.devices()[0].device_kind}, {cfg.env}, {cfg.num_envs} envs x {cfg.unroll_length}"
+        f" steps, {cfg.num_minibatches} minibatches; ms per iteration, median of {cfg.rounds}"
+    )
+    print(f"{'core':<6}{'iteration':>11}{'SGD epoch':>11}{'SGD total':>11}{'rollout+rest':>14}")
+    out = {}
+    for core in cfg.cores:
+        one, full = (float(np.median(times[(core, e)])) for e in (1, cfg.epochs))
+        epoch = (full - one) / (cfg.epochs - 1)
+        out[core] = {"iteration_ms": full, "sgd_epoch_ms": epoch, "rollout_rest_ms": one - epoch}
+        print(
+            f"{core:<6}{full:>11.1f}{epoch:>11.1f}{epoch * cfg.epochs:>11.1f}{one - epoch:>14.1f}"
+        )
+    base = out[cfg.cores[0]]
+    for core in cfg.cores[1:]:
+        ratio = {k: out[core][k] / base[k] for k in base}
+        print(
+            f"{core} / {cfg.cores[0]}: iteration {ratio['iteration_ms']:.2f}x,"
+            f" SGD {ratio['sgd_epoch_ms']:.2f}x, rollout+rest {ratio['rollout_rest_ms']:.2f}x"
+        )
+    return out
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Config))
