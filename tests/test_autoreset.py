@@ -115,18 +115,21 @@ def test_strategies_give_identical_env_states():
 
         def run(key, env=env):
             state = jax.vmap(env.reset)(jax.random.split(key, n))
+            set_narrow = jax.vmap(env.set_ranges, in_axes=(0, None))
 
-            def body(state, k):
+            def body(state, xs):
+                t, k = xs  # one scan (one compiled step): the ranges change halfway
+                state = jax.lax.cond(
+                    t == steps // 2, lambda s: set_narrow(s, narrow), lambda s: s, state
+                )
                 a = jax.random.uniform(k, (n, env.action_size), minval=-1, maxval=1)
                 state = jax.vmap(env.step)(state, a)
                 new_trial = state.info["trial"].new_trial
                 return state, (state.obs, state.info["context"]["gravity"], state.done, new_trial)
 
-            state, first = jax.lax.scan(body, state, jax.random.split(key, steps // 2))
-            state = jax.vmap(env.set_ranges, in_axes=(0, None))(state, narrow)
-            state, second = jax.lax.scan(body, state, jax.random.split(key, steps // 2))
+            keys = jax.random.split(key, steps)
+            state, traj = jax.lax.scan(body, state, (jnp.arange(steps), keys))
             info = {k: v for k, v in state.info.items() if k != "reset_pool"}
-            traj = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), first, second)
             return state.replace(info=info), traj
 
         rollouts[strategy] = jax.jit(run)(jax.random.key(3))
@@ -190,7 +193,7 @@ def test_set_ranges_empties_the_pool():
         "inverted_pendulum", space, backend="generalized", episode_length=2, reset_strategy="pool"
     )
     step = jax.jit(jax.vmap(env.step))
-    fresh = jax.vmap(env.reset)(jax.random.split(jax.random.key(0), 4))
+    fresh = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.key(0), 4))
     ahead = step(fresh, jnp.zeros((4, env.action_size)))
     state = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), ahead, fresh)
     # the 4 envs ahead end their episode: the pool is filled for all 8, they use theirs

@@ -279,7 +279,7 @@ def test_pinned_default_context_runs_the_env_in_its_own_physics():
     # the ranges keep the space's shapes: accepted wherever ranges are
     assert env.space.check_compatible(pinned) is pinned
     env.binding.check_ranges(pinned)
-    state = env.reset(jax.random.key(0), pinned)
+    state = jax.jit(env.reset)(jax.random.key(0), pinned)  # op by op, hopper compiles for 16 s
     assert state.info["context"]["friction"].shape == ()
     assert env.observation_size == _hopper_env({"gravity": C.Uniform(5.0, 15.0)}).observation_size
     state = env.set_ranges(state, pinned)
@@ -310,7 +310,7 @@ def test_visible_pinned_defaults_observe_the_mean_default():
         "hopper", C.ContextSpace({"friction": C.Uniform(0.4, 1.2)}), visible_context=True
     )
     mean = float(np.mean(env.default_context()["friction"]))
-    state = env.reset(jax.random.key(0), env.space.pinned(env.default_context()))
+    state = jax.jit(env.reset)(jax.random.key(0), env.space.pinned(env.default_context()))
     np.testing.assert_allclose(state.obs[-1], (mean - 0.8) / 0.4, rtol=1e-6)
 
 

@@ -49,6 +49,17 @@ def test_contract(name, backend, space, kwargs):
     assert report["trials_ended"] > 0
 
 
+def test_observation_size_runs_and_compiles_nothing():
+    """Brax's own `observation_size` runs reset op by op (hundreds of one-op
+    compilations, 16 s on hopper); the contextual env only traces it. The size
+    itself is checked against real resets by `check_env` above."""
+    env = make_contextual("hopper", PENDULUM_SPACE, visible_context=True)
+    with count_compilations() as compiles:
+        size = env.observation_size
+    assert compiles.count == 0
+    assert size == 11 + env.binding.context_size
+
+
 def test_check_env_catches_a_broken_env():
     """A context that is shared by all envs violates the contract."""
     env = make_contextual("inverted_pendulum", PENDULUM_SPACE)

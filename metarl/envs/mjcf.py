@@ -33,7 +33,7 @@ import mujoco
 from brax.envs.base import State
 from mujoco import mjx
 
-from metarl.envs.sources import _swapped
+from metarl.envs.sources import _swapped, observation_size_of
 
 Observe = Callable[[mjx.Data, Mapping[str, jax.Array]], jax.Array]
 Reward = Callable[[mjx.Data, jax.Array, mjx.Data, Mapping[str, jax.Array]], jax.Array]
@@ -116,7 +116,7 @@ class MjcfEnv:
 
     @property
     def observation_size(self) -> int:
-        return int(jax.eval_shape(self.reset, jax.random.PRNGKey(0)).obs.shape[-1])
+        return observation_size_of(self.reset)
 
     def using(self, model, task) -> contextlib.AbstractContextManager:
         return _swapped(self, _mjx_model=model, task_params=task)
