@@ -143,17 +143,17 @@ def metarl_ppo(cfg: Config, core: str) -> list[dict]:
         rl2_inputs=core != "mlp",
     )
     evaluator = E.Evaluator(env, episodes=cfg.eval_episodes, max_contexts=1)
-    per_segment = -(-cfg.num_timesteps // cfg.segments)
     results = []
     start = time.perf_counter()
     space = ppo.make_train_space(env, config)
-    for seed in cfg.seeds:  # the keys ppo.train(env, replace(config, seed=seed)) uses
-        k_train, k_env = ppo.split_keys(ppo.seed_keys(seed), 2)
-        ts, es = ppo.init_training_state(space, k_train), ppo.init_env_state(space, k_env)
-        history = []
-        for _ in range(cfg.segments):
-            ts, es, metrics = ppo.run_train(space, ts, es, per_segment)
-            history.append(metrics)
+    for seed in cfg.seeds:
+        _, ts, history = ppo.train(
+            env,
+            dataclasses.replace(config, seed=seed),
+            cfg.num_timesteps,
+            segments=cfg.segments,
+            space=space,
+        )
         total = time.perf_counter() - start
         steady = float(np.median([m["env_steps_per_sec"] for m in history[1:]]))
         result = evaluator.evaluate(

@@ -54,6 +54,18 @@ def iqm(scores) -> float:
     return float(np.sum(weights * x) / np.sum(weights))
 
 
+def _check_confidence(confidence: float) -> None:
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+
+
+def _percentile_interval(boots: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The central `confidence` interval of a bootstrap distribution."""
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(boots, [alpha, 1 - alpha])
+    return float(low), float(high)
+
+
 def summarize(scores, *, reps: int = 2000, confidence: float = 0.95, seed: int = 0) -> Summary:
     """Mean, IQM and a `confidence` stratified-bootstrap CI of the IQM over seeds.
 
@@ -63,8 +75,7 @@ def summarize(scores, *, reps: int = 2000, confidence: float = 0.95, seed: int =
     x = np.asarray(scores, np.float64)
     if x.ndim not in (1, 2):
         raise ValueError(f"scores must be [num_seeds] or [num_seeds, num_tasks], got {x.shape}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    _check_confidence(confidence)
     x = x.reshape(x.shape[0], -1)
     x = x[np.isfinite(x).all(axis=1)]
     n = x.shape[0]
@@ -76,10 +87,8 @@ def summarize(scores, *, reps: int = 2000, confidence: float = 0.95, seed: int =
     rng = np.random.default_rng(seed)
     rows = rng.integers(0, n, size=(reps, n, x.shape[1]))  # per task, seeds with replacement
     resampled = np.take_along_axis(x[None], rows, axis=1)
-    boots = np.array([iqm(r) for r in resampled])
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(boots, [alpha, 1 - alpha])
-    return Summary(float(x.mean()), point, float(low), float(high), n)
+    low, high = _percentile_interval(np.array([iqm(r) for r in resampled]), confidence)
+    return Summary(float(x.mean()), point, low, high, n)
 
 
 def format_iqm(summary: Summary, digits: int = 0) -> str:
@@ -106,8 +115,7 @@ def difference(a, b, *, reps: int = 2000, confidence: float = 0.95, seed: int = 
     of `a` and of `b` independently (unpaired). Non-finite scores are dropped; with
     fewer than two finite seeds on either side the CI is the point itself.
     """
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    _check_confidence(confidence)
     x, y = (np.asarray(v, np.float64) for v in (a, b))
     if x.ndim != 1 or y.ndim != 1:
         raise ValueError(f"a and b must be [num_seeds] each, got {x.shape} and {y.shape}")
@@ -119,9 +127,8 @@ def difference(a, b, *, reps: int = 2000, confidence: float = 0.95, seed: int = 
         return Difference(point, point, point, x.size, y.size)
     rng = np.random.default_rng(seed)
     boots = rng.choice(x, (reps, x.size)).mean(1) - rng.choice(y, (reps, y.size)).mean(1)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(boots, [alpha, 1 - alpha])
-    return Difference(point, float(low), float(high), x.size, y.size)
+    low, high = _percentile_interval(boots, confidence)
+    return Difference(point, low, high, x.size, y.size)
 
 
 def format_difference(d: Difference, digits: int = 0) -> str:

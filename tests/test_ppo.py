@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -132,6 +133,20 @@ def test_run_train_rejects_ranges_of_another_shape(pendulum):
     _, space, ts, es, _, _ = pendulum
     with pytest.raises(ValueError, match="same names"):
         ppo.run_train(space, ts, es, 10, context=C.ContextSpace({"mass": C.Scale(0.5, 1.0)}))
+
+
+def test_train_reuses_a_space_for_another_seed(pendulum):
+    env, space, *_ = pendulum
+    _, ts0, _ = ppo.train(env, PENDULUM, 4096, segments=1, space=space)  # warms the key ops
+    with count_compilations() as compiles:
+        _, ts1, _ = ppo.train(env, replace(PENDULUM, seed=1), 4096, segments=1, space=space)
+    assert compiles.count == 0
+    first = lambda ts: np.asarray(jax.tree.leaves(ts.params)[0])  # noqa: E731
+    assert not np.array_equal(first(ts0), first(ts1))  # the seed reached the run
+    with pytest.raises(ValueError, match=r"config.num_envs differ"):
+        ppo.train(env, replace(PENDULUM, num_envs=128), 10, space=space)
+    with pytest.raises(ValueError, match=r"num_seeds \(None vs 2\)"):
+        ppo.train(env, PENDULUM, 10, num_seeds=2, space=space)
 
 
 def test_checkpoint_resume_is_bit_exact(tmp_path):

@@ -375,6 +375,25 @@ def split_keys(keys: jax.Array, num: int) -> list[jax.Array]:
     return list(parts)
 
 
+def _check_reusable(
+    space: TrainSpace, env: ContextualEnv, config: PPOConfig, num_seeds: int | None
+) -> None:
+    """A space reused by `train` must match the run asked for, seed aside."""
+    differ = ["env"] if space.env is not env else []
+    if space.num_seeds != num_seeds:
+        differ.append(f"num_seeds ({space.num_seeds} vs {num_seeds})")
+    differ += [
+        f"config.{f.name}"
+        for f in dataclasses.fields(config)
+        if f.name != "seed" and getattr(config, f.name) != getattr(space.config, f.name)
+    ]
+    if differ:
+        raise ValueError(
+            f"space was built for another run: {', '.join(differ)} differ; build one with "
+            "make_train_space(env, config, num_seeds)"
+        )
+
+
 def train(
     env: ContextualEnv,
     config: PPOConfig,
@@ -383,14 +402,20 @@ def train(
     segments: int = 10,
     num_seeds: int | None = None,
     progress: Callable[[int, Any], None] | None = None,
+    space: TrainSpace | None = None,
 ) -> tuple[TrainSpace, TrainingState, list[Any]]:
     """Convenience: builds the space and trains in `segments` equal segments.
 
     Seeds ``config.seed, config.seed + 1, ...`` with `num_seeds` (one compiled
     program). `progress(env_steps, metrics)` is called after each segment.
-    Returns (space, training_state, per-segment metrics).
+    `space`: one built by `make_train_space` for this env, num_seeds and config
+    (its seed aside), whose compiled programs are reused: another seed trains
+    without compiling. Returns (space, training_state, per-segment metrics).
     """
-    space = make_train_space(env, config, num_seeds)
+    if space is None:
+        space = make_train_space(env, config, num_seeds)
+    else:
+        _check_reusable(space, env, config, num_seeds)
     k_train, k_env = split_keys(seed_keys(config.seed, num_seeds), 2)
     ts = init_training_state(space, k_train)
     es = init_env_state(space, k_env)
