@@ -11,7 +11,10 @@ once, in turn), so
 
 (milliseconds per iteration, medians over rounds). On a GPU this says whether
 a recurrent core loses its time in the learner's loop over time or in the
-rollout. `--trace-dir DIR` also records a `jax.profiler` trace of one
+rollout. It also counts the operations XLA runs per time step inside the
+gradient's loops over time (forward and backward; on a GPU each one is a
+kernel launch, so a small recurrent core's loop is bound by their number).
+`--trace-dir DIR` also records a `jax.profiler` trace of one
 iteration per core (open it with TensorBoard's profile plugin or Perfetto; on
 a CPU every XLA thunk is an event, so keep the env small there).
 
@@ -23,6 +26,7 @@ a CPU every XLA thunk is an event, so keep the env small there).
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 
 import jax
@@ -31,6 +35,7 @@ import tyro
 
 from metarl import contexts as C
 from metarl.agents import ppo
+from metarl.agents.ppo import learner
 from metarl.envs import make_contextual
 
 
@@ -64,6 +69,31 @@ def _run(env, cfg: Config, core: str, epochs: int):
     return [space, ppo.init_training_state(space, k_train), ppo.init_env_state(space, k_env)]
 
 
+_NOT_KERNELS = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast"}
+
+
+def loop_ops(run) -> list[int]:
+    """Operations per iteration of each loop over time in the compiled gradient
+    of the PPO loss on one minibatch (forward, then backward), `[]` for an mlp."""
+    space, ts, es = run
+    config, agent = space.config, space.agent
+    batch = jax.eval_shape(lambda: learner.collect(space.env, agent, config, ts, es)[1])
+    size = config.num_envs // config.num_minibatches
+    pick = lambda x: jax.ShapeDtypeStruct((x.shape[0], size) + x.shape[2:], x.dtype)  # noqa: E731
+    minibatch = jax.tree.map(pick, (batch.data, batch.advantages, batch.returns))
+    grad = jax.jit(jax.grad(lambda p, *a: learner.loss(agent, config, p, ts.normalizer, *a)[0]))
+    hlo = grad.lower(ts.params, *minibatch, jax.random.key(0)).compile().as_text()
+    bodies, current = {}, None
+    for line in hlo.splitlines():
+        if line and not line.startswith(" ") and line.rstrip().endswith("{"):
+            current = bodies.setdefault(line.split()[0].lstrip("%"), [])
+        elif current is not None and " = " in line:
+            current.append(re.search(r"= \S+ ([\w-]+)\(", line))
+    trip = f'"known_trip_count":{{"n":"{config.unroll_length}"}}'
+    loops = re.findall(r"body=%([\w.-]+),.*" + re.escape(trip), hlo)
+    return [sum(1 for m in bodies[b] if m and m.group(1) not in _NOT_KERNELS) for b in loops]
+
+
 def _call(run, steps: int) -> float:
     space, ts, es = run
     start = time.perf_counter()
@@ -94,18 +124,28 @@ def main(cfg: Config) -> dict[str, dict[str, float]]:
         f"{jax.devices()[0].device_kind}, {cfg.env}, {cfg.num_envs} envs x {cfg.unroll_length}"
         f" steps, {cfg.num_minibatches} minibatches; ms per iteration, median of {cfg.rounds}"
     )
-    print(f"{'core':<6}{'iteration':>11}{'SGD epoch':>11}{'SGD total':>11}{'rollout+rest':>14}")
+    print(
+        f"{'core':<6}{'iteration':>11}{'SGD epoch':>11}{'SGD total':>11}{'rollout+rest':>14}"
+        f"{'ops per time step, gradient loops':>36}"
+    )
     out = {}
     for core in cfg.cores:
         one, full = (float(np.median(times[(core, e)])) for e in (1, cfg.epochs))
         epoch = (full - one) / (cfg.epochs - 1)
-        out[core] = {"iteration_ms": full, "sgd_epoch_ms": epoch, "rollout_rest_ms": one - epoch}
+        ops = loop_ops(runs[(core, cfg.epochs)])
+        out[core] = {
+            "iteration_ms": full,
+            "sgd_epoch_ms": epoch,
+            "rollout_rest_ms": one - epoch,
+            "loop_ops": ops,
+        }
         print(
             f"{core:<6}{full:>11.1f}{epoch:>11.1f}{epoch * cfg.epochs:>11.1f}{one - epoch:>14.1f}"
+            f"{' + '.join(map(str, ops)) or '-':>36}"
         )
     base = out[cfg.cores[0]]
     for core in cfg.cores[1:]:
-        ratio = {k: out[core][k] / base[k] for k in base}
+        ratio = {k: out[core][k] / base[k] for k in base if k.endswith("_ms")}
         print(
             f"{core} / {cfg.cores[0]}: iteration {ratio['iteration_ms']:.2f}x,"
             f" SGD {ratio['sgd_epoch_ms']:.2f}x, rollout+rest {ratio['rollout_rest_ms']:.2f}x"

@@ -16,10 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from brax.training.acme import running_statistics
+from flax import linen as nn
 
 from metarl import contexts as C
 from metarl import evaluation as E
-from metarl.agents import losses, ppo
+from metarl.agents import losses, networks, ppo
 from metarl.agents.ppo import learner
 from metarl.envs import TRIAL, make_contextual
 
@@ -146,6 +147,29 @@ def test_gae_matches_numpy_on_random_data(seed):
 
 
 # ---- the learner against the rollout, on real unrolls ----
+@pytest.mark.parametrize(
+    "flax_cell, cell, carry",
+    [
+        (nn.GRUCell(7), networks.GRU(7), lambda h: h),
+        (nn.OptimizedLSTMCell(7), networks.LSTM(7), lambda h: (h[:, ::-1], h)),
+    ],
+    ids=["gru", "lstm"],
+)
+def test_cores_are_flax_cells_with_fused_gates(flax_cell, cell, carry):
+    """metarl's cores have flax's parameters (names, shapes, initial values), and
+    the projected sequence stepped over time gives flax's outputs."""
+    x = jax.random.normal(jax.random.key(0), (12, 6, 5))  # [T, B, in]
+    c0 = carry(jax.random.normal(jax.random.key(1), (6, 7)))
+    params = flax_cell.init(jax.random.key(2), c0, x[0])
+    ours = cell.init(jax.random.key(2), c0, x[0])
+    assert jax.tree.all(jax.tree.map(np.array_equal, params, ours))
+    want = jax.lax.scan(lambda c, x_t: flax_cell.apply(params, c, x_t), c0, x)[1]
+    projected = cell.apply(params, x, method="project")  # the whole sequence at once
+    got = jax.lax.scan(lambda c, p_t: cell.apply(params, c, p_t, method="step"), c0, projected)[1]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert np.abs(np.asarray(want[-1]) - np.asarray(jax.tree.leaves(c0)[-1])).max() > 0.1
+
+
 @pytest.mark.parametrize("reset_every_episode", [False, True])
 @pytest.mark.parametrize("core", ["mlp", "gru", "lstm"])
 def test_learner_recomputes_the_rollout_exactly(core, reset_every_episode):

@@ -23,7 +23,7 @@ import optax
 from brax.training.acme import running_statistics
 from flax import struct
 
-from metarl.agents import losses
+from metarl.agents import losses, networks
 from metarl.agents.ppo.rollout import EnvState, Transition, unroll
 from metarl.parallel import AXIS
 
@@ -62,10 +62,11 @@ class Batch(struct.PyTreeNode):
 def over_time(agent, params, normalizer, fields: tuple[str, ...], cores0: dict, obs, carry):
     """Runs towers ("policy" and/or "value") over a [T, B] sequence.
 
-    Encoders and heads take the whole sequence in one batched call; only the
-    recurrent core loops over time (all towers in one loop), starting from
-    `cores0[field]` and resetting where the stored carry says so. Returns
-    ({field: core after each step [T, B, ...]}, {field: output [T, B, ...]}).
+    Encoders (with the cores' input projections) and heads take the whole
+    sequence in one batched call; only the recurrent cores loop over time, all
+    towers in one loop, starting from `cores0[field]` and resetting where the
+    stored carry says so. Returns ({field: core after each step [T, B, ...]},
+    {field: output [T, B, ...]}).
     """
     actor_in, critic_in = agent.inputs(normalizer, obs, carry)
     towers = dict(zip(("policy", "value"), agent.towers()))
@@ -74,21 +75,41 @@ def over_time(agent, params, normalizer, fields: tuple[str, ...], cores0: dict, 
     if agent.core == "mlp":
         cores = {f: () for f in fields}
     else:
-
-        def step(cores, x):
-            h_t, reset_t = x
-            out = {
-                f: towers[f].apply(params[f], cores[f], h_t[f], reset_t, method="recur")
-                for f in fields
-            }
-            cores = {f: o[0] for f, o in out.items()}
-            return cores, (cores, {f: o[1] for f, o in out.items()})
-
-        cores, h = jax.lax.scan(step, cores0, (h, carry.reset))[1]
+        cores, h = _cores_over_time(agent, towers, params, fields, cores0, h, carry.reset)
     outs = {f: towers[f].apply(params[f], h[f], method="decode") for f in fields}
     if "value" in outs:
         outs["value"] = outs["value"][..., 0]
     return cores, outs
+
+
+def _cores_over_time(agent, towers, params, fields, cores0, h, reset):
+    """The recurrent cores of `fields` stepped over [T, B] encoded inputs `h`:
+    ({field: core after each step}, {field: core output}), each [T, B, ...].
+
+    The towers' cores have one shape (their step reads the hidden side only,
+    `networks.recur_params`), so they advance together: one batched step over
+    a stacked tower axis, half the operations per time step of one step per
+    tower (on a GPU, half the kernel launches; `benchmarks/ppo_profile.py`
+    counts them).
+    """
+    stack = lambda trees, axis: jax.tree.map(lambda *a: jnp.stack(a, axis), *trees)  # noqa: E731
+    step_params = stack([networks.recur_params(agent.core, params[f]) for f in fields], 0)
+    recur = jax.vmap(
+        lambda p, c, x, r: towers[fields[0]].apply(p, c, x, r, method="recur"),
+        in_axes=(0, 0, 0, None),
+    )
+
+    def step(cores, x):
+        cores, out = recur(step_params, cores, *x)
+        return cores, (cores, out)
+
+    xs = (stack([h[f] for f in fields], 1), reset)  # [T, towers, B, ...]
+    cores, outs = jax.lax.scan(step, stack([cores0[f] for f in fields], 0), xs)[1]
+    unstack = lambda tree, i: jax.tree.map(lambda a: a[:, i], tree)  # noqa: E731
+    return (
+        {f: unstack(cores, i) for i, f in enumerate(fields)},
+        {f: unstack(outs, i) for i, f in enumerate(fields)},
+    )
 
 
 def critic(agent, params, normalizer, value_carry, data: Transition, last_obs, last_carry):
