@@ -26,6 +26,12 @@ from its public API; this benchmark re-exposes it (one line, benchmark only).
     python benchmarks/ppo_throughput.py --num-timesteps 1_000_000
     python benchmarks/ppo_throughput.py --env hopper --num-timesteps 300_000 \
         --num-envs 256 --no-gru --seeds 0 1 2 3 4 5 6 7 --out benchmarks/results/ppo_cpu2.json
+
+Seeds can run in several calls (one process per core, or one call after
+another) and be summarised together: `--merge A.json B.json` adds the per-seed
+results of earlier `--out` files, refusing any file run with other settings,
+another JAX or device, or a seed already present; `--seeds` with no value
+trains nothing and summarises the files.
 """
 
 from __future__ import annotations
@@ -69,6 +75,9 @@ class Config:
     seeds: tuple[int, ...] = (0,)
     gru: bool = True  # also time metarl's GRU agent
     out: str | None = None  # a JSON file for the per-seed results
+    # --out files of earlier runs with these settings and other seeds: their per-seed
+    # results join this run's in the summary (--seeds with no value: summary only)
+    merge: tuple[str, ...] = ()
 
 
 POLICY, VALUE = (32, 32), (64, 64)
@@ -170,6 +179,29 @@ def metarl_ppo(cfg: Config, core: str) -> list[dict]:
     return results
 
 
+def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> None:
+    """Adds the per-seed results of an earlier run's --out file to `runs`, after
+    checking that it ran these settings (seeds aside) on this JAX and device,
+    and that no seed is in both."""
+    record = json.loads(Path(path).read_text())
+    ignore = ("seeds", "out", "merge")
+    mine = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ignore}
+    mine.update(environment)
+    theirs = {k: v for k, v in record["config"].items() if k not in ignore}
+    theirs.update({k: record.get(k) for k in environment})
+    differ = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+    if differ:
+        raise ValueError(
+            f"--merge {path} ran other settings: "
+            + ", ".join(f"{k}={theirs.get(k)!r} (here {mine.get(k)!r})" for k in differ)
+        )
+    for name, per_seed in record["runs"].items():
+        both = sorted(runs[name].keys() & per_seed.keys(), key=int)
+        if both:
+            raise ValueError(f"--merge {path}: seeds {both} of {name} are already in the summary")
+        runs[name].update(per_seed)
+
+
 def main(cfg: Config) -> None:
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {cfg}")
     trainers = {
@@ -178,18 +210,21 @@ def main(cfg: Config) -> None:
     }
     if cfg.gru:
         trainers["metarl_gru"] = lambda c: metarl_ppo(c, "gru")
-    runs = {}
+    environment = {"jax": jax.__version__, "device": jax.devices()[0].device_kind}
+    runs = {name: {} for name in trainers}
     for name, train in trainers.items():
-        runs[name] = train(cfg)
-        for seed, r in zip(cfg.seeds, runs[name]):
+        for seed, r in zip(cfg.seeds, train(cfg) if cfg.seeds else []):
+            runs[name][str(seed)] = r
             print(f"{name} seed {seed}: {r}", flush=True)
-    med = lambda name, key: float(np.median([r[key] for r in runs[name]]))  # noqa: E731
-    compile_s = lambda name: runs[name][0]["compile_s"]  # noqa: E731
-    returns = {name: [r["return"] for r in rs] for name, rs in runs.items()}
+    compile_s = lambda name: next(iter(runs[name].values()))["compile_s"]  # noqa: E731
+    for path in cfg.merge:
+        _merge(runs, path, cfg, environment)
+    med = lambda name, key: float(np.median([r[key] for r in runs[name].values()]))  # noqa: E731
+    returns = {name: [r["return"] for r in rs.values()] for name, rs in runs.items()}
     base = med("brax_ppo", "steps_per_sec")
     print(
-        f"\n{len(cfg.seeds)} seed(s); steps/s: median; compile: first seed; return: IQM [95% CI]; "
-        "vs Brax return: difference of means [95% CI]"
+        f"\n{len(runs['brax_ppo'])} seed(s); steps/s: median; compile: first seed; return: "
+        "IQM [95% CI]; vs Brax return: difference of means [95% CI]"
     )
     print(
         f"{'trainer':<12}{'steps/s':>10}{'vs brax':>9}{'compile s':>11}"
@@ -220,10 +255,9 @@ def main(cfg: Config) -> None:
     if cfg.out:
         record = {
             "config": dataclasses.asdict(cfg),
-            "jax": jax.__version__,
+            **environment,
             "platform": jax.devices()[0].platform,
-            "device": jax.devices()[0].device_kind,
-            "runs": {n: dict(zip(map(str, cfg.seeds), rs)) for n, rs in runs.items()},
+            "runs": runs,
             "summary": summary,
         }
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
