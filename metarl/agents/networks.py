@@ -60,7 +60,7 @@ class _FusedCell(nn.Module):
 
     features: int
     inputs = ()  # (name, use_bias) of each input-side gate, in order
-    hidden = ()  # the same for the hidden side
+    hidden = ()  # the same for the hidden side (all that `step` reads)
 
     def setup(self):
         # setattr: flax names a submodule after its attribute ("in" is a keyword).
@@ -85,7 +85,6 @@ class GRU(_FusedCell):
 
     inputs = (("ir", True), ("iz", True), ("in", True))
     hidden = (("hr", False), ("hz", False), ("hn", True))
-    step_params = ("hr", "hz", "hn")  # what `step` reads
 
     def step(self, h, projected):
         x_r, x_z, x_n = jnp.split(projected, 3, -1)
@@ -103,7 +102,6 @@ class LSTM(_FusedCell):
 
     inputs = (("ii", False), ("if", False), ("ig", False), ("io", False))
     hidden = (("hi", True), ("hf", True), ("hg", True), ("ho", True))
-    step_params = ("hi", "hf", "hg", "ho")
 
     def step(self, carry, projected):
         c, h = carry
@@ -123,7 +121,7 @@ def recur_params(core: str, params) -> dict:
     if CORES[core] is None:
         return {"params": {}}
     cell = params["params"]["cell"]
-    return {"params": {"cell": {name: cell[name] for name in CORES[core].step_params}}}
+    return {"params": {"cell": {name: cell[name] for name, _ in CORES[core].hidden}}}
 
 
 def initial_carry(core: str, hidden: int, batch_shape: tuple[int, ...]):
