@@ -1,7 +1,7 @@
 """Data parallelism over every device: one mesh axis that splits the envs.
 
 Single host: all local devices (on the CPU, simulate several with
-``XLA_FLAGS=--xla_force_host_platform_device_count=2``). Several hosts: call
+``JAX_PLATFORMS=cpu JAX_NUM_CPU_DEVICES=2``). Several hosts: call
 `initialize_distributed()` (a thin wrapper of `jax.distributed.initialize`)
 first in every process; `jax.devices()` then lists every host's devices and
 the same mesh spans them all.
