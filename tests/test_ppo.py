@@ -272,19 +272,13 @@ MULTI_DEVICE = textwrap.dedent(
 
 
 def test_data_parallel_training_on_two_devices():
-    # Two host (CPU) devices, through JAX's own setting (JAX_NUM_CPU_DEVICES) rather
-    # than an XLA debug flag. JAX_PLATFORMS keeps the subprocess on them on a GPU
-    # machine too, where JAX would otherwise pick the one GPU and initialise CUDA
-    # beside the test process that holds it. The persistent compilation cache stays
-    # off there: its key ignores the number of host devices, so the subprocess's
-    # programs on one device would load executables that processes with a single
-    # device compiled.
-    env = dict(
-        os.environ,
-        JAX_PLATFORMS="cpu",
-        JAX_NUM_CPU_DEVICES="2",
-        JAX_ENABLE_COMPILATION_CACHE="false",
-    )
+    # Two host (CPU) devices through JAX's own setting, JAX_NUM_CPU_DEVICES, not
+    # XLA_FLAGS=--xla_force_host_platform_device_count: the persistent compilation
+    # cache's key leaves that flag out, so a two-device process loads executables
+    # that single-device processes compiled (cache hits on JAX 0.10.2), while the
+    # setting is part of the key (misses). JAX_PLATFORMS keeps the subprocess on the CPU on a GPU
+    # machine too, where JAX would otherwise pick the one GPU.
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2")
     out = subprocess.run(
         [sys.executable, "-c", MULTI_DEVICE], env=env, capture_output=True, text=True, timeout=900
     )
