@@ -14,7 +14,8 @@ of the final policy at the same step budget (Brax: its own evaluator; metarl:
 `metarl.evaluation`, both over full-length episodes).
 
 With several `--seeds`, every trainer trains once per seed (metarl compiles
-once and reuses the program; Brax compiles per call). Speeds are medians over
+once and reuses the program; Brax compiles per call, and with `--compile-cache`
+loads the programs of its later seeds from JAX's persistent cache). Speeds are medians over
 seeds, compile times the first seed's; returns are summarised as the IQM with a 95% bootstrap
 CI, and each metarl trainer's mean return is compared with Brax PPO's: the
 difference of means with its 95% CI (`metarl.stats.difference`). A return
@@ -39,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,6 +76,11 @@ class Config:
     eval_episodes: int = 16
     seeds: tuple[int, ...] = (0,)
     gru: bool = True  # also time metarl's GRU agent
+    # Brax PPO compiles its programs again for every seed (about 100 s each on the
+    # H100): with --compile-cache, seeds after the first load them from JAX's
+    # persistent compilation cache, in a temporary directory of this run only (so
+    # the compile time reported, the first seed's, is still a compile)
+    compile_cache: bool = False
     out: str | None = None  # a JSON file for the per-seed results
     # --out files of earlier runs with these settings and other seeds: their per-seed
     # results join this run's in the summary (--seeds with no value: summary only)
@@ -184,7 +191,7 @@ def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> None:
     checking that it ran these settings (seeds aside) on this JAX and device,
     and that no seed is in both."""
     record = json.loads(Path(path).read_text())
-    ignore = ("seeds", "out", "merge")
+    ignore = ("seeds", "out", "merge", "compile_cache")
     mine = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ignore}
     mine.update(environment)
     theirs = {k: v for k, v in record["config"].items() if k not in ignore}
@@ -203,6 +210,10 @@ def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> None:
 
 
 def main(cfg: Config) -> None:
+    if cfg.compile_cache:
+        cache = tempfile.TemporaryDirectory(prefix="ppo_throughput_cache_")
+        jax.config.update("jax_compilation_cache_dir", cache.name)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {cfg}")
     trainers = {
         "brax_ppo": lambda c: [brax_ppo(c, seed) for seed in c.seeds],
