@@ -6,7 +6,7 @@ goes through four stages, each a method of `Run`:
 1. **setup**: the compiled pieces (`Compiled`: the PPO train space and the
    held-out evaluator, built once and shared explicitly between runs of the
    same env and settings), the run's identity (`run.json`: its config and the
-   library version), fresh states, and the held-out context sets
+   software it runs on, `metarl.provenance`), fresh states, and the held-out context sets
    (train / interpolation / extrapolation low and high of the *target*
    space), fixed for the whole run and shared by all its seeds;
 2. **resume**: from ``<logdir>/checkpoints`` when one is there (training,
@@ -42,7 +42,7 @@ import numpy as np
 from tqdm import tqdm
 
 import metarl
-from metarl import checkpoint, stats
+from metarl import checkpoint, provenance, stats
 from metarl import evaluation as E
 from metarl.agents import ppo
 from metarl.contexts import ContextSpace, PerEnv
@@ -254,11 +254,20 @@ def check_identity(logdir: pathlib.Path, config: dict[str, Any], resume: str) ->
     the same but for `EXTENDABLE` fields (more segments). "force": also accept
     other differences, except `NEVER_FORCED` fields (seeds, PPO, env, target,
     curriculum), which would mix runs; accepted differences are recorded.
+    The software a run ran on (`metarl.provenance.software`: library versions
+    and a hash of metarl's source) counts as config fields ``software.<name>``:
+    a rerun on other code or libraries needs resume="force".
     """
     if resume not in RESUME_MODES:
         raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
     path = logdir / RUN_FILE
-    record = {"metarl_version": metarl.__version__, "config": config, "forced": []}
+    versions = provenance.software()
+    record = {
+        "metarl_version": metarl.__version__,
+        "software": versions,
+        "config": config,
+        "forced": [],
+    }
     if path.exists():
         old = json.loads(path.read_text())
         if resume == "never":
@@ -267,6 +276,16 @@ def check_identity(logdir: pathlib.Path, config: dict[str, Any], resume: str) ->
                 "or rerun with --resume auto to continue it"
             )
         diff = _differences(old["config"], json.loads(json.dumps(config)))
+        if "software" in old:  # other code or libraries: forceable, like any other field
+            diff.update(
+                {f"software.{k}": v for k, v in _differences(old["software"], versions).items()}
+            )
+        else:
+            print(
+                f"{path} records no software versions (written by an older metarl): "
+                "they are not compared",
+                file=sys.stderr,
+            )
         blocking = {k: v for k, v in diff.items() if k not in EXTENDABLE}
         never = {k: v for k, v in blocking.items() if k.startswith(NEVER_FORCED)}
         if blocking and (resume == "auto" or never):

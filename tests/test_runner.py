@@ -1,6 +1,7 @@
 """metarl.experiment: run identity, bit-exact resume of every logged scalar, seeds
 as a batch axis, and a clean exit on Ctrl-C."""
 
+import json
 import os
 import pathlib
 import shutil
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 import curricula
-from metarl import checkpoint, experiment
+from metarl import checkpoint, experiment, provenance
 from metarl import contexts as C
 from metarl.agents import ppo
 from metarl.envs import make_contextual
@@ -111,6 +112,42 @@ def test_a_rerun_with_another_config_refuses_and_names_the_fields(exp, compiled,
     assert [r["segment"] for r in rows] == [1, 2]
     with pytest.raises(ValueError, match="resume must be one of"):
         _run(exp, compiled, logdir, 2, resume="sometimes")
+
+
+def test_a_rerun_on_other_software_refuses_unless_forced(exp, compiled, tmp_path, capsys):
+    logdir = tmp_path / "run"
+    _run(exp, compiled, logdir, 1)
+    path = logdir / experiment.RUN_FILE
+    record = json.loads(path.read_text())
+    assert record["software"] == provenance.software()
+    record["software"]["jax"] = "0.0.1"  # as if the run started on another JAX
+    path.write_text(json.dumps(record))
+    with pytest.raises(SystemExit, match=r"(?s)software\.jax: run has '0\.0\.1'.*--resume force"):
+        _run(exp, compiled, logdir, 2)
+    rows = _run(exp, compiled, logdir, 2, resume="force")
+    assert [r["segment"] for r in rows] == [1, 2]
+    record = json.loads(path.read_text())
+    assert record["forced"] == [["software.jax"]]
+    assert record["software"]["jax"] == jax.__version__
+    # a run.json from before software was recorded: resumed, with a note
+    del record["software"]
+    path.write_text(json.dumps(record))
+    capsys.readouterr()
+    _run(exp, compiled, logdir, 3)
+    assert "records no software versions" in capsys.readouterr().err
+
+
+def test_source_hash_follows_the_code_only(tmp_path):
+    code = tmp_path / "metarl"
+    shutil.copytree(ROOT / "metarl", code, ignore=shutil.ignore_patterns("__pycache__"))
+    before = provenance.source_hash(code)
+    assert before == provenance.source_hash(ROOT / "metarl")
+    (code / "agents" / "__pycache__").mkdir()
+    (code / "agents" / "__pycache__" / "x.pyc").write_bytes(b"compiled")
+    assert provenance.source_hash(code) == before  # not source
+    learner = code / "agents" / "ppo" / "learner.py"
+    learner.write_text(learner.read_text() + "# edited\n")
+    assert provenance.source_hash(code) != before
 
 
 def test_seed_k_of_a_batched_run_equals_the_single_run_with_that_seed(exp):
