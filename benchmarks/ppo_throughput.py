@@ -32,7 +32,9 @@ Seeds can run in several calls (one process per core, or one call after
 another) and be summarised together: `--merge A.json B.json` adds the per-seed
 results of earlier `--out` files, refusing any file run with other settings,
 another JAX or device, or a seed already present; `--seeds` with no value
-trains nothing and summarises the files.
+trains nothing and summarises the files. A file run on other software (metarl's
+source hash or a library version, `metarl.provenance`) is refused too, unless
+`--other-software` is given, which merges it and prints what differs.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ import tyro
 
 from metarl import contexts as C
 from metarl import evaluation as E
-from metarl import stats
+from metarl import provenance, stats
 from metarl.agents import ppo
 from metarl.envs import make_contextual
 
@@ -85,6 +87,9 @@ class Config:
     # --out files of earlier runs with these settings and other seeds: their per-seed
     # results join this run's in the summary (--seeds with no value: summary only)
     merge: tuple[str, ...] = ()
+    # merge --merge files run on other software (metarl's source, library versions)
+    # too, printing the differences; without it such a file is refused
+    other_software: bool = False
 
 
 POLICY, VALUE = (32, 32), (64, 64)
@@ -191,7 +196,7 @@ def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> None:
     checking that it ran these settings (seeds aside) on this JAX and device,
     and that no seed is in both."""
     record = json.loads(Path(path).read_text())
-    ignore = ("seeds", "out", "merge", "compile_cache")
+    ignore = ("seeds", "out", "merge", "compile_cache", "other_software")
     mine = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ignore}
     mine.update(environment)
     theirs = {k: v for k, v in record["config"].items() if k not in ignore}
@@ -202,6 +207,21 @@ def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> None:
             f"--merge {path} ran other settings: "
             + ", ".join(f"{k}={theirs.get(k)!r} (here {mine.get(k)!r})" for k in differ)
         )
+    theirs, mine = record.get("software"), provenance.software()
+    if theirs is None:
+        print(f"--merge {path}: the file records no software (older benchmark); not compared")
+    elif theirs != mine:
+        text = ", ".join(
+            f"{k}={theirs.get(k)!r} (here {mine.get(k)!r})"
+            for k in sorted(theirs.keys() | mine.keys())
+            if theirs.get(k) != mine.get(k)
+        )
+        if not cfg.other_software:
+            raise ValueError(
+                f"--merge {path} ran on other software: {text}; "
+                "pass --other-software to merge it anyway"
+            )
+        print(f"--merge {path}: other software, merged as asked: {text}")
     for name, per_seed in record["runs"].items():
         both = sorted(runs[name].keys() & per_seed.keys(), key=int)
         if both:
@@ -210,6 +230,11 @@ def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> None:
 
 
 def main(cfg: Config) -> None:
+    if cfg.segments < 2:
+        raise ValueError(
+            f"--segments must be at least 2, got {cfg.segments}: the first segment "
+            "includes the compilation, and the speed is the median of the others"
+        )
     if cfg.compile_cache:
         cache = tempfile.TemporaryDirectory(prefix="ppo_throughput_cache_")
         jax.config.update("jax_compilation_cache_dir", cache.name)
@@ -268,6 +293,7 @@ def main(cfg: Config) -> None:
             "config": dataclasses.asdict(cfg),
             **environment,
             "platform": jax.devices()[0].platform,
+            "software": provenance.software(),
             "runs": runs,
             "summary": summary,
         }
