@@ -40,6 +40,7 @@ from brax import envs as brax_envs
 from brax.envs.wrappers import training as brax_training
 
 from metarl import contexts as C
+from metarl import provenance
 from metarl.envs import POOL, ContextualEnv, make_contextual
 from metarl.envs.autoreset import pooled_where_done
 
@@ -263,6 +264,7 @@ def main(cfg: Config) -> None:
         "device": device.device_kind,
         "platform": device.platform,
         "jax": jax.__version__,
+        "software": provenance.software(),
         "steps": cfg.steps,
         "rounds": cfg.rounds,
         "strategy": cfg.strategy,
