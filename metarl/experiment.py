@@ -265,6 +265,7 @@ def check_identity(logdir: pathlib.Path, config: dict[str, Any], resume: str) ->
     record = {
         "metarl_version": metarl.__version__,
         "software": versions,
+        "software_before": [],
         "config": config,
         "forced": [],
     }
@@ -297,6 +298,9 @@ def check_identity(logdir: pathlib.Path, config: dict[str, Any], resume: str) ->
             )
             raise SystemExit(f"{logdir} holds a run with another config:\n{lines}\n{hint}")
         record["forced"] = old.get("forced", []) + ([sorted(blocking)] if blocking else [])
+        # the software of the segments before each forced change, oldest first
+        earlier = [old["software"]] if old.get("software", versions) != versions else []
+        record["software_before"] = old.get("software_before", []) + earlier
         if blocking:
             print(f"Resuming with changed fields (forced): {sorted(blocking)}", file=sys.stderr)
     tmp = path.with_suffix(".tmp")

@@ -129,6 +129,7 @@ def test_a_rerun_on_other_software_refuses_unless_forced(exp, compiled, tmp_path
     record = json.loads(path.read_text())
     assert record["forced"] == [["software.jax"]]
     assert record["software"]["jax"] == jax.__version__
+    assert [r["jax"] for r in record["software_before"]] == ["0.0.1"]  # what segment 1 ran on
     # a run.json from before software was recorded: resumed, with a note
     del record["software"]
     path.write_text(json.dumps(record))
