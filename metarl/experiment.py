@@ -296,7 +296,9 @@ def check_identity(logdir: pathlib.Path, config: dict[str, Any], resume: str) ->
                 if never
                 else "start a new run with another --logdir, or accept with --resume force"
             )
-            raise SystemExit(f"{logdir} holds a run with another config:\n{lines}\n{hint}")
+            kinds = {"software" if k.startswith("software.") else "config" for k in blocking}
+            what = " and ".join(sorted(kinds))  # config, software, or config and software
+            raise SystemExit(f"{logdir} holds a run with another {what}:\n{lines}\n{hint}")
         record["forced"] = old.get("forced", []) + ([sorted(blocking)] if blocking else [])
         # the software of the segments before each forced change, oldest first
         earlier = [old["software"]] if old.get("software", versions) != versions else []

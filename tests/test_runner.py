@@ -122,7 +122,8 @@ def test_a_rerun_on_other_software_refuses_unless_forced(exp, compiled, tmp_path
     assert record["software"] == provenance.software()
     record["software"]["jax"] = "0.0.1"  # as if the run started on another JAX
     path.write_text(json.dumps(record))
-    with pytest.raises(SystemExit, match=r"(?s)software\.jax: run has '0\.0\.1'.*--resume force"):
+    refusal = r"(?s)another software:\n  software\.jax: run has '0\.0\.1'.*--resume force"
+    with pytest.raises(SystemExit, match=refusal):
         _run(exp, compiled, logdir, 2)
     rows = _run(exp, compiled, logdir, 2, resume="force")
     assert [r["segment"] for r in rows] == [1, 2]
