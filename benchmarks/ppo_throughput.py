@@ -248,13 +248,19 @@ def main(cfg: Config) -> None:
         trainers["metarl_gru"] = lambda c: metarl_ppo(c, "gru")
     environment = {"jax": jax.__version__, "device": jax.devices()[0].device_kind}
     runs = {name: {} for name in trainers}
+    for path in cfg.merge:  # checked before any training: a file that cannot merge costs nothing
+        _merge(runs, path, cfg, environment)
+    for name in trainers:
+        both = sorted({str(s) for s in cfg.seeds} & runs[name].keys(), key=int)
+        if both:
+            raise ValueError(f"--seeds {both} of {name} are already in the --merge files")
     for name, train in trainers.items():
         for seed, r in zip(cfg.seeds, train(cfg) if cfg.seeds else []):
             runs[name][str(seed)] = r
             print(f"{name} seed {seed}: {r}", flush=True)
-    compile_s = lambda name: next(iter(runs[name].values()))["compile_s"]  # noqa: E731
-    for path in cfg.merge:
-        _merge(runs, path, cfg, environment)
+    # compile time: this run's first seed (the merged files' first without --seeds)
+    first = str(cfg.seeds[0]) if cfg.seeds else None
+    compile_s = lambda name: runs[name].get(first, next(iter(runs[name].values())))["compile_s"]  # noqa: E731
     med = lambda name, key: float(np.median([r[key] for r in runs[name].values()]))  # noqa: E731
     returns = {name: [r["return"] for r in rs.values()] for name, rs in runs.items()}
     base = med("brax_ppo", "steps_per_sec")
