@@ -258,9 +258,12 @@ def main(cfg: Config) -> None:
         for seed, r in zip(cfg.seeds, train(cfg) if cfg.seeds else []):
             runs[name][str(seed)] = r
             print(f"{name} seed {seed}: {r}", flush=True)
-    # compile time: this run's first seed (the merged files' first without --seeds)
     first = str(cfg.seeds[0]) if cfg.seeds else None
-    compile_s = lambda name: runs[name].get(first, next(iter(runs[name].values())))["compile_s"]  # noqa: E731
+
+    def compile_s(name: str) -> float:
+        """This run's first seed's compile time (the merged files' first without --seeds)."""
+        return runs[name].get(first, next(iter(runs[name].values())))["compile_s"]
+
     med = lambda name, key: float(np.median([r[key] for r in runs[name].values()]))  # noqa: E731
     returns = {name: [r["return"] for r in rs.values()] for name, rs in runs.items()}
     base = med("brax_ppo", "steps_per_sec")

@@ -6,8 +6,8 @@ goes through four stages, each a method of `Run`:
 1. **setup**: the compiled pieces (`Compiled`: the PPO train space and the
    held-out evaluator, built once and shared explicitly between runs of the
    same env and settings), the run's identity (`run.json`: its config and the
-   software it runs on, `metarl.provenance`), fresh states, and the held-out context sets
-   (train / interpolation / extrapolation low and high of the *target*
+   software it runs on, `metarl.provenance`), fresh states, and the held-out
+   context sets (train / interpolation / extrapolation low and high of the *target*
    space), fixed for the whole run and shared by all its seeds;
 2. **resume**: from ``<logdir>/checkpoints`` when one is there (training,
    env and curriculum states and segment index, restored bit for bit). A
@@ -41,7 +41,6 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-import metarl
 from metarl import checkpoint, provenance, stats
 from metarl import evaluation as E
 from metarl.agents import ppo
@@ -262,13 +261,7 @@ def check_identity(logdir: pathlib.Path, config: dict[str, Any], resume: str) ->
         raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
     path = logdir / RUN_FILE
     versions = provenance.software()
-    record = {
-        "metarl_version": metarl.__version__,
-        "software": versions,
-        "software_before": [],
-        "config": config,
-        "forced": [],
-    }
+    record = {"software": versions, "software_before": [], "config": config, "forced": []}
     if path.exists():
         old = json.loads(path.read_text())
         if resume == "never":
