@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The GPU measurements still open in issue 8, in stages that each fit one call of
+# the device tool (10 minutes a call, 30 minutes a session). From the repository
+# root on the GPU machine, with the wheels of ../shared/tools/gpu-wheels carried
+# in .whl/ (installed on first use):
+#
+#   bash benchmarks/gpu_run.sh env          # 8192 envs: plain, Brax DR, dense, pool (~6 min)
+#   bash benchmarks/gpu_run.sh ppo 0 1 2    # PPO vs Brax PPO at the issue's settings (~5 min)
+#   bash benchmarks/gpu_run.sh ppo 3 4 benchmarks/results/ppo_h100_a.json   # + merge
+#   bash benchmarks/gpu_run.sh profile      # where PPO's time goes (trace), two-device test
+#   bash benchmarks/gpu_run.sh repro        # same seed, same numbers? resume bit for bit?
+#
+# Results land in $OUT (the device tool brings them back; copy a ppo JSON into the
+# tree to merge it in the next call); each stage ends with its tables. Every
+# command has its own time limit, so one that hangs costs its share, not the call.
+# SMOKE=1 shrinks every size, to check the script on a CPU in a few minutes.
+set -uo pipefail
+stage=${1:?"usage: gpu_run.sh env | ppo SEED... [MERGE.json] | profile | repro"}
+shift
+out=${OUT:-/tmp/gpu_run}
+mkdir -p "$out"
+if [ -d .whl ] && ! python3 -c "import brax" 2>/dev/null; then
+  [ -d /tmp/site/brax ] || python3 -m pip install -q --no-index --no-deps --no-compile \
+    --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+export PYTHONUNBUFFERED=1
+smoke=${SMOKE:-0}
+python3 -c "import jax; print('jax', jax.__version__, jax.devices())"
+
+run() {  # run LIMIT_S NAME COMMAND...: COMMAND's output to the screen and $out/NAME.log
+  local limit=$1 name=$2
+  shift 2
+  echo "== $name: $*"
+  timeout "$limit" "$@" 2>&1 | tee "$out/$name.log"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] || echo "== $name exited with $rc (124: past its ${limit} s)"
+}
+
+case $stage in
+env)
+  if [ "$smoke" = 1 ]; then sizes=(--num-envs 64 --steps 10 --rounds 2); envs=(inverted_pendulum)
+  else sizes=(--num-envs 8192 --steps 100 --rounds 5); envs=(hopper ant inverted_pendulum); fi
+  variants=(--variants plain brax_dr contextual contextual_pool)
+  run 330 env_8192 python3 benchmarks/env_throughput.py --envs "${envs[@]}" "${sizes[@]}" \
+    "${variants[@]}" --out "$out/env_8192"
+  [ "$smoke" = 1 ] && mjx=(inverted_pendulum) || mjx=(ant)
+  run 150 env_8192_mjx python3 benchmarks/env_throughput.py --envs "${mjx[@]}" --backend mjx \
+    "${sizes[@]}" "${variants[@]}" --out "$out/env_8192_mjx"
+  ;;
+ppo)
+  seeds=() merge=()
+  for a in "$@"; do [[ $a == *.json ]] && merge+=("$a") || seeds+=("$a"); done
+  [ ${#seeds[@]} -gt 0 ] || { echo "ppo: give the seeds to train"; exit 2; }
+  if [ "$smoke" = 1 ]; then
+    settings=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --num-timesteps 20000)
+  else
+    settings=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16
+      --num-timesteps 2000000)
+  fi
+  [ ${#merge[@]} -gt 0 ] && settings+=(--merge "${merge[@]}")
+  run 570 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --seeds "${seeds[@]}" \
+    --compile-cache --out "$out/ppo_seeds_$(IFS=_; echo "${seeds[*]}").json"
+  ;;
+profile)
+  if [ "$smoke" = 1 ]; then
+    profile=(--env inverted_pendulum --num-envs 64 --num-minibatches 4 --rounds 1 --iterations 2)
+  else
+    profile=(--env hopper --num-envs 2048 --num-minibatches 16)
+  fi
+  run 400 profile python3 benchmarks/ppo_profile.py "${profile[@]}" --trace-dir /tmp/ppo_trace
+  tar czf "$out/ppo_trace.tgz" -C /tmp ppo_trace
+  run 120 two_devices env JAX_PLATFORMS=cpu python3 -m pytest -q tests/test_ppo.py -k two_devices
+  ;;
+repro)
+  [ "$smoke" = 1 ] && repro=(--num-envs 64 --num-timesteps 6000) || repro=(--num-envs 256)
+  deterministic=xla_gpu_deterministic_ops=true
+  run 300 reproducibility python3 benchmarks/reproducibility.py "${repro[@]}" \
+    --settings default "$deterministic" --out "$out/reproducibility.json"
+  # In one process: a run killed after 2 segments and resumed must log, bit for bit,
+  # what an uninterrupted run logs (tests/test_runner.py), without and with the switch
+  resumed=(python3 -m pytest -q tests/test_runner.py -k resumed_run_logs_exactly)
+  run 120 resume "${resumed[@]}"
+  run 120 resume_deterministic env XLA_FLAGS="${XLA_FLAGS:-} --$deterministic" "${resumed[@]}"
+  ;;
+*)
+  echo "unknown stage $stage: env, ppo, profile or repro"
+  exit 2
+  ;;
+esac
