@@ -13,14 +13,19 @@ themselves; a `like` of another structure or other flags is refused. Orbax write
 to a temporary directory renamed when complete; old steps are renamed aside, then
 deleted. A process killed at any point thus leaves every listed step complete.
 
-A step damaged on disk afterwards (truncated, zeroed or garbled files) is reported by
-`restore` with a warning naming it, moved aside to ``damaged-<step>`` (kept, never
-deleted) and the newest intact step is restored instead.
+A step damaged on disk afterwards (truncated, zeroed, garbled or missing files) is reported
+by `restore` with a warning naming it, moved aside to ``damaged-<step>`` (``damaged-<step>-2``,
+... if that step was damaged before; kept, never deleted; see `damaged_steps`) and the
+newest intact step is restored instead. Any other error while reading a step (out of
+memory, permissions, a network file system, an orbax incompatibility) is raised as it is,
+and moves nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import pathlib
 import re
 import shutil
@@ -32,8 +37,13 @@ import orbax.checkpoint as ocp
 
 from metarl.trees import is_key
 
+__all__ = ["CheckpointError", "all_steps", "damaged_steps", "latest_step", "restore", "save"]
+
 _TRASH = "_deleted"  # steps past `keep` are renamed in here (atomic), then removed
-_DAMAGED = "damaged-"  # a damaged step is renamed to damaged-<step> and kept
+_DAMAGED = "damaged-"  # a damaged step is renamed to damaged-<step>[-<n>] and kept
+_DAMAGED_NAME = re.compile(rf"{_DAMAGED}(\d+)(?:-(\d+))?")
+_ITEM = "default"  # the step's subdirectory holding the arrays
+_STEP_METADATA = "_CHECKPOINT_METADATA"  # orbax's file of a step's custom metadata
 
 
 class CheckpointError(ValueError):
@@ -44,7 +54,7 @@ def _manager(directory: pathlib.Path, keep: int | None = None) -> ocp.Checkpoint
     """A synchronous manager; it writes (and prunes to `keep` steps) only if keep is given."""
     handlers = ocp.handlers.DefaultCheckpointHandlerRegistry()
     for args in (ocp.args.StandardSave, ocp.args.StandardRestore):
-        handlers.add("default", args, ocp.StandardCheckpointHandler)
+        handlers.add(_ITEM, args, ocp.StandardCheckpointHandler)
     write = keep is not None
     options = ocp.CheckpointManagerOptions(
         preservation_policy=ocp.checkpoint_managers.LatestN(keep) if write else None,
@@ -106,6 +116,25 @@ def latest_step(directory) -> int | None:
     return (all_steps(directory) or [None])[-1]
 
 
+def damaged_steps(directory) -> list[str]:
+    """Names of the damaged steps `restore` moved aside in `directory`, oldest step first.
+
+    ``damaged-<step>``, then ``damaged-<step>-2``, ``-3``, ... for each later time the same
+    step was found damaged; [] if there is none (or no `directory`). They are never deleted:
+    a directory holding these but no intact step has lost its checkpoints to damage, and
+    a run should not silently start over on top of them.
+    """
+    directory = pathlib.Path(directory)
+    if not directory.is_dir():
+        return []
+    found = {
+        p.name: (int(m[1]), int(m[2] or 1))
+        for p in directory.iterdir()
+        if p.is_dir() and (m := _DAMAGED_NAME.fullmatch(p.name))
+    }
+    return sorted(found, key=found.get)
+
+
 def save(directory, step: int, state, *, keep: int = 3) -> pathlib.Path:
     """Writes `state` (any pytree of arrays) as checkpoint `step` under `directory`.
 
@@ -146,9 +175,10 @@ def restore(directory, like, step: int | None = None):
     gives the structure, dtypes, shapes and the shardings of its jax arrays (numpy
     leaves come back as numpy). Raises FileNotFoundError if there is no checkpoint (or
     not that step), ValueError if it does not match `like`. With step=None a damaged
-    newest step is reported with a warning, moved aside to ``damaged-<step>``, and the
-    next older step is tried; `CheckpointError` if none is intact. An explicit `step`
-    that is damaged raises `CheckpointError`.
+    newest step is reported with a warning, moved aside to ``damaged-<step>`` (or the
+    next free ``damaged-<step>-<n>``), and the next older step is tried; `CheckpointError`
+    if none is intact. An explicit `step` that is damaged raises `CheckpointError`. Any
+    error that is not damage (see `_is_damage`) is raised as it is and moves nothing.
     """
     directory = pathlib.Path(directory).absolute()
     steps = all_steps(directory)
@@ -168,12 +198,17 @@ def restore(directory, like, step: int | None = None):
             return _restore_step(directory, like, candidate)
         except _DamagedError as e:
             failures.append(f"step {candidate}: {e}")
-            aside = directory / f"{_DAMAGED}{candidate}"
-            if jax.process_index() == 0 and not aside.exists():
-                (directory / str(candidate)).rename(aside)
+            if jax.process_index() == 0:
+                try:
+                    moved = f"moved aside to {_move_aside(directory, candidate).name}"
+                except OSError as err:
+                    err.add_note(f"checkpoint step {candidate} in {directory} is damaged ({e})")
+                    raise
+            else:
+                moved = "process 0 moves it aside"
             warnings.warn(
-                f"checkpoint step {candidate} in {directory} is damaged ({e}); moved aside to "
-                f"{aside.name}, trying the next older step",
+                f"checkpoint step {candidate} in {directory} is damaged ({e}); {moved}, "
+                "trying the next older step",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -182,11 +217,70 @@ def restore(directory, like, step: int | None = None):
     )
 
 
+def _move_aside(directory: pathlib.Path, step: int) -> pathlib.Path:
+    """Renames step `step` to the first free damaged-<step>, damaged-<step>-2, ...; returns it."""
+    name = f"{_DAMAGED}{step}"
+    aside, n = directory / name, 1
+    while aside.exists():
+        n += 1
+        aside = directory / f"{name}-{n}"
+    (directory / str(step)).rename(aside)
+    return aside
+
+
 class _DamagedError(Exception):
     """A step whose files cannot be read back."""
 
 
+# tensorstore raises ValueError("<absl status code>: ..."); these codes are what it gave for
+# a missing (NOT_FOUND), truncated (OUT_OF_RANGE) or undecodable (DATA_LOSS,
+# FAILED_PRECONDITION: "Invalid JSON", ZSTD errors) file of a step.
+_TENSORSTORE_DAMAGE = re.compile(r"(NOT_FOUND|OUT_OF_RANGE|DATA_LOSS|FAILED_PRECONDITION): ")
+
+
+def _is_damage(error: BaseException, step_dir: pathlib.Path) -> bool:
+    """Whether `error`, raised while reading `step_dir`, says that the step's files are damaged.
+
+    Damage is, in `error` or the errors it was raised from (``__cause__``: orbax wraps
+    tensorstore's errors in a bare Exception):
+
+    - a metadata file that is no JSON (json.JSONDecodeError) or no UTF-8
+      (UnicodeDecodeError): truncated, zeroed, garbled or empty;
+    - a file of the step missing or of the wrong kind (FileNotFoundError,
+      IsADirectoryError, NotADirectoryError naming a path in `step_dir`);
+    - a tensorstore error NOT_FOUND (missing), OUT_OF_RANGE (truncated), DATA_LOSS or
+      FAILED_PRECONDITION (undecodable), unless it reports an error of the operating system
+      (``[os_error_code=...]``: permissions, a dropped network mount);
+    - the step's `_ITEM` directory missing (orbax then complains about its arguments).
+
+    Nothing is damage while `step_dir` itself is gone (an unmounted file system). Anything
+    else (out of memory, PermissionError and other OSErrors, an orbax API change) is not
+    damage: the caller raises it unchanged and moves nothing.
+    """
+    if not step_dir.is_dir():
+        return False
+    if not (step_dir / _ITEM).is_dir():
+        return True
+    inside = f"{step_dir}{os.sep}"
+    missing = FileNotFoundError | IsADirectoryError | NotADirectoryError
+    while error is not None:
+        text = str(error)
+        if isinstance(error, json.JSONDecodeError | UnicodeDecodeError):
+            return True
+        if isinstance(error, missing) and inside in text:
+            return True
+        if (
+            isinstance(error, ValueError)
+            and _TENSORSTORE_DAMAGE.match(text)
+            and "os_error_code" not in text
+        ):
+            return True
+        error = error.__cause__
+    return False
+
+
 def _restore_step(directory: pathlib.Path, like, step: int):
+    step_dir = directory / str(step)
     described, flat, treedef = _flatten(like)
     try:
         with _manager(directory) as mngr:
@@ -194,11 +288,17 @@ def _restore_step(directory: pathlib.Path, like, step: int):
             saved = meta.get("leaves")
             structure = meta.get("structure")
             digest = meta.get("sha256")
-    except Exception as e:  # noqa: BLE001 - any unreadable metadata is damage
-        raise _DamagedError(f"{_files(directory / str(step))}: {type(e).__name__}: {e}") from e
+    except Exception as e:
+        if not _is_damage(e, step_dir):
+            raise
+        raise _DamagedError(f"{_files(step_dir)}: {type(e).__name__}: {e}") from e
     if saved is None:
+        try:  # orbax takes an unreadable file for an empty one: its OSError is no damage
+            (step_dir / _STEP_METADATA).read_bytes()
+        except FileNotFoundError:
+            pass
         raise _DamagedError(
-            f"{directory / str(step)} has no leaf description (damaged, or not written by "
+            f"{step_dir} has no leaf description (damaged, or not written by "
             "metarl.checkpoint.save)"
         )
     if saved != described:
@@ -215,13 +315,13 @@ def _restore_step(directory: pathlib.Path, like, step: int):
     try:
         with _manager(directory) as mngr:
             restored = mngr.restore(step, args=ocp.args.StandardRestore(target))
-    except Exception as e:  # noqa: BLE001 - tensorstore DATA_LOSS, decode errors, ...
-        raise _DamagedError(f"{_files(directory / str(step))}: {type(e).__name__}: {e}") from e
+    except Exception as e:
+        if not _is_damage(e, step_dir):
+            raise
+        raise _DamagedError(f"{_files(step_dir)}: {type(e).__name__}: {e}") from e
     raw = [restored[str(i)] if np.size(x) else x for i, x in enumerate(flat)]
     if digest is not None and _digest(jax.device_get(raw)) != digest:
-        raise _DamagedError(
-            f"{_files(directory / str(step))}: the data does not match its checksum"
-        )
+        raise _DamagedError(f"{_files(step_dir)}: the data does not match its checksum")
     leaves = [_like(x, restored.get(str(i))) for i, x in enumerate(jax.tree_util.tree_leaves(like))]
     return jax.tree_util.tree_unflatten(treedef, leaves)
 

@@ -14,6 +14,7 @@ import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -230,8 +231,13 @@ def test_restore_refuses_other_distribution_flags_and_bad_steps(tmp_path):
 
 
 def _damage(path: pathlib.Path, how: str) -> None:
+    if how == "delete":
+        path.unlink()
+        return
     data = path.read_bytes()
-    if how == "truncate":
+    if how == "empty":
+        path.write_bytes(b"")
+    elif how == "truncate":
         path.write_bytes(data[: len(data) // 2])
     elif how == "zero":
         path.write_bytes(bytes(len(data)))
@@ -251,7 +257,7 @@ def test_a_damaged_latest_step_falls_back_to_the_newest_intact_one(tmp_path):
     assert len(files) >= 3
     cases = 0
     for rel in files:
-        for how in ("truncate", "zero", "garble"):
+        for how in ("truncate", "zero", "garble", "empty", "delete"):
             if (source / "2" / rel).stat().st_size == 0:
                 continue
             run = tmp_path / f"{how}-{rel}".replace("/", "_")
@@ -271,11 +277,17 @@ def test_a_damaged_latest_step_falls_back_to_the_newest_intact_one(tmp_path):
                 continue
             assert "is damaged" in str(damaged[0].message)
             assert ckpt.all_steps(run) == [1]  # moved aside, not deleted
-            assert (run / "damaged-2" / rel).exists()
+            assert (run / "damaged-2" / rel).exists() == (how != "delete")
             with pytest.raises(ckpt.CheckpointError, match="no intact checkpoint"):
                 _damage_all_and_restore(run)
             cases += 1
-    assert cases >= 15  # metadata, sharding, manifest and data files, three ways each
+    assert cases >= 25  # metadata, sharding, manifest and data files, five ways each
+    shutil.rmtree(source / "2" / "default")  # the step's whole array directory is gone
+    with pytest.warns(RuntimeWarning, match="step 2 .* is damaged"):
+        out = ckpt.restore(source, make_state(0))
+    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(good), strict=True):
+        assert_bit_equal(a, b)
+    assert ckpt.damaged_steps(source) == ["damaged-2"]
 
 
 def _damage_all_and_restore(run: pathlib.Path):
@@ -284,3 +296,115 @@ def _damage_all_and_restore(run: pathlib.Path):
             _damage(path, "zero")
     with pytest.warns(RuntimeWarning):
         ckpt.restore(run, make_state(0))
+
+
+def _zero_data(step_dir: pathlib.Path) -> None:
+    for path in (step_dir / "default" / "d").iterdir():
+        _damage(path, "zero")
+
+
+def _restore_warnings(directory: pathlib.Path, like) -> tuple[object, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = ckpt.restore(directory, like)
+    return out, [str(w.message) for w in caught if w.category is RuntimeWarning]
+
+
+NOT_DAMAGE = [  # what a step cannot be blamed for: it must come up as is, moving nothing
+    RuntimeError("RESOURCE_EXHAUSTED: out of memory while trying to allocate"),
+    jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 4.0GiB"),
+    ValueError(
+        "PERMISSION_DENIED: Error reading local file: Permission denied [os_error_code='13']"
+    ),
+    ValueError(
+        "FAILED_PRECONDITION: Failed to open: Transport endpoint is not connected "
+        "[os_error_code='107']"
+    ),
+    ValueError("UNAVAILABLE: Error reading from GCS"),
+    OSError(5, "Input/output error"),
+    TypeError("restore() got an unexpected keyword argument 'args'"),  # an orbax API change
+]
+
+
+@pytest.mark.parametrize("method", ["metadata", "restore"])
+@pytest.mark.parametrize("error", NOT_DAMAGE, ids=lambda e: f"{type(e).__name__}-{e}"[:40])
+def test_an_error_that_is_not_damage_propagates_and_moves_nothing(
+    tmp_path, monkeypatch, method, error
+):
+    for step in (1, 2):
+        ckpt.save(tmp_path, step, {"x": jnp.full((3,), step, jnp.int32)})
+    before = sorted(p.name for p in tmp_path.iterdir())
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(ocp.CheckpointManager, method, fail)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no step is reported damaged
+        for step in (None, 2):
+            with pytest.raises(type(error)) as raised:
+                ckpt.restore(tmp_path, {"x": jnp.zeros((3,), jnp.int32)}, step=step)
+            assert raised.value is error
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    monkeypatch.undo()
+    assert ckpt.all_steps(tmp_path) == [1, 2] and ckpt.damaged_steps(tmp_path) == []
+
+
+def test_a_step_damaged_twice_is_moved_aside_twice_and_can_be_saved_again(tmp_path):
+    like = {"x": jnp.zeros((3,), jnp.int32)}
+    for step in (1, 2):
+        ckpt.save(tmp_path, step, {"x": jnp.full((3,), step, jnp.int32)})
+    asides = []
+    for attempt in (1, 2):
+        _zero_data(tmp_path / "2")
+        out, warned = _restore_warnings(tmp_path, like)
+        assert out["x"].tolist() == [1] * 3 and ckpt.all_steps(tmp_path) == [1]
+        assert len(warned) == 1 and "step 2" in warned[0] and "is damaged" in warned[0]
+        asides.append(re.search(r"moved aside to (\S+),", warned[0])[1])
+        assert (tmp_path / asides[-1] / "default").is_dir()  # kept whole
+        ckpt.save(tmp_path, 2, {"x": jnp.full((3,), 20 + attempt, jnp.int32)})
+        assert ckpt.restore(tmp_path, like)["x"].tolist() == [20 + attempt] * 3
+    assert asides == ["damaged-2", "damaged-2-2"]
+    assert ckpt.damaged_steps(tmp_path) == asides
+
+
+def test_a_damaged_step_that_cannot_be_moved_aside_says_so(tmp_path, monkeypatch):
+    for step in (1, 2):
+        ckpt.save(tmp_path, step, {"x": jnp.full((3,), step, jnp.int32)})
+    _zero_data(tmp_path / "2")
+
+    def refuse(self, target):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(pathlib.Path, "rename", refuse)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(PermissionError) as raised:
+            ckpt.restore(tmp_path, {"x": jnp.zeros((3,), jnp.int32)})
+    assert not [w for w in caught if "moved aside" in str(w.message)]
+    assert any("step 2" in n and "is damaged" in n for n in raised.value.__notes__)
+    monkeypatch.undo()
+    assert ckpt.all_steps(tmp_path) == [1, 2] and ckpt.damaged_steps(tmp_path) == []
+
+
+def test_damaged_steps_lists_the_steps_moved_aside_in_order(tmp_path):
+    assert ckpt.damaged_steps(tmp_path / "missing") == []
+    assert ckpt.damaged_steps(tmp_path) == []
+    for step in (2, 10):
+        ckpt.save(tmp_path, step, {"x": jnp.full((3,), step, jnp.int32)})
+    ckpt.save(tmp_path, 11, {"x": jnp.full((3,), 11, jnp.int32)})
+    for step in (11, 10):
+        _zero_data(tmp_path / str(step))
+        with pytest.warns(RuntimeWarning, match=f"step {step} .*moved aside to damaged-{step},"):
+            ckpt.restore(tmp_path, {"x": jnp.zeros((3,), jnp.int32)})
+    for name in ("damaged-2-10", "damaged-2", "damaged-2-2", "damaged-x", "damaged-3-"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "damaged-4").write_text("a file, not a step moved aside")
+    assert ckpt.damaged_steps(tmp_path) == [
+        "damaged-2",
+        "damaged-2-2",
+        "damaged-2-10",
+        "damaged-10",
+        "damaged-11",
+    ]
+    assert ckpt.all_steps(tmp_path) == [2]
