@@ -165,7 +165,16 @@ def ADR(  # noqa: N802
         rows = np.asarray(state.assignment) + 1
         return PerEnv(jax.tree.map(lambda x: x[rows], stacked))
 
-    return Curriculum(init=init, update=update, ranges=ranges)
+    params = {
+        "name": who,
+        "start": start,
+        "delta": delta,
+        "low_threshold": t_low,
+        "high_threshold": t_high,
+        "buffer_size": m,
+        "boundary_prob": p,
+    }
+    return Curriculum(init=init, update=update, ranges=ranges, params=params)
 
 
 def adr_ranges(state: ADRState) -> ContextSpace:

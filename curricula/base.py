@@ -62,11 +62,15 @@ class Curriculum(NamedTuple):
         docstring for the keys).
       ranges: ``ranges(state) -> ContextSpace | PerEnv``, the ranges the next
         training segment trains on (shared, or one row per env).
+      params: the factory's name and arguments, ``{"name": "LinearWidening",
+        "start": 0.1, "segments": 10}``; an experiment records them in its
+        run.json, so that a run is never resumed under another schedule.
     """
 
     init: Callable[..., CurriculumState]
     update: Callable[[CurriculumState, Mapping[str, Any]], CurriculumState]
     ranges: Callable[[CurriculumState], ContextSpace]
+    params: Mapping[str, Any] | None = None
 
 
 def check_compatible(state: CurriculumState, space: ContextSpace) -> None:

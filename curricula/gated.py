@@ -103,7 +103,15 @@ def PerformanceGated(  # noqa: N802
         check_state(state, GatedState, f"{who}.ranges")
         return scaled(state.target, float(state.fraction), state.defaults)
 
-    return Curriculum(init=init, update=update, ranges=ranges)
+    params = {
+        "name": who,
+        "start": start,
+        "step": step,
+        "threshold": threshold,
+        "relative": relative,
+        "metric": metric,
+    }
+    return Curriculum(init=init, update=update, ranges=ranges, params=params)
 
 
 def _check_args(who, start, step, threshold, relative, metric) -> tuple[float, float, float]:

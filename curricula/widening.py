@@ -45,7 +45,8 @@ def LinearWidening(start: float, segments: int) -> Curriculum:  # noqa: N802
     who = "LinearWidening"
     start = check_start(start, who)
     segments = check_count(segments, "segments", who)
-    return _widening(who, lambda k: start + (1.0 - start) * k / segments, segments)
+    params = {"name": who, "start": start, "segments": segments}
+    return _widening(who, lambda k: start + (1.0 - start) * k / segments, params)
 
 
 def GeometricWidening(start: float, segments: int) -> Curriculum:  # noqa: N802
@@ -60,10 +61,13 @@ def GeometricWidening(start: float, segments: int) -> Curriculum:  # noqa: N802
     who = "GeometricWidening"
     start = check_start(start, who)
     segments = check_count(segments, "segments", who)
-    return _widening(who, lambda k: start * (1.0 / start) ** (k / segments), segments)
+    params = {"name": who, "start": start, "segments": segments}
+    return _widening(who, lambda k: start * (1.0 / start) ** (k / segments), params)
 
 
-def _widening(who: str, schedule: Callable[[int], float], segments: int) -> Curriculum:
+def _widening(who: str, schedule: Callable[[int], float], params: dict) -> Curriculum:
+    segments = params["segments"]
+
     def fraction(k: int) -> np.ndarray:
         return np.asarray(1.0 if k >= segments else schedule(k), np.float32)
 
@@ -94,4 +98,4 @@ def _widening(who: str, schedule: Callable[[int], float], segments: int) -> Curr
         check_state(state, WideningState, f"{who}.ranges")
         return scaled(state.target, float(state.fraction), state.defaults)
 
-    return Curriculum(init=init, update=update, ranges=ranges)
+    return Curriculum(init=init, update=update, ranges=ranges, params=params)

@@ -24,6 +24,7 @@ class Config(experiment.RunArgs):
     segments: int = 6
     steps_per_segment: int = 50_000
     seed: int = 0
+    widening_segments: int = 4  # linear widening: segments after which the ranges are the target
     ppo: PPOConfig = PPOConfig(
         num_envs=128,
         unroll_length=16,
@@ -37,10 +38,10 @@ class Config(experiment.RunArgs):
     eval: experiment.EvalConfig = experiment.EvalConfig(contexts=8, episodes=2)
 
 
-def curricula_to_compare(segments: int) -> dict[str, curricula.Curriculum]:
+def curricula_to_compare(widening_segments: int) -> dict[str, curricula.Curriculum]:
     return {
         "fixed_dr": curricula.LinearWidening(start=1.0, segments=1),
-        "linear": curricula.LinearWidening(start=0.1, segments=max(1, segments - 2)),
+        "linear": curricula.LinearWidening(start=0.1, segments=widening_segments),
         "adr": curricula.ADR(
             start=0.1, delta=0.2, low_threshold=200.0, high_threshold=450.0, buffer_size=4
         ),
@@ -63,7 +64,7 @@ def main(cfg: Config) -> dict[str, list[dict]]:
             ppo=dataclasses.replace(cfg.ppo, seed=cfg.seed),
             eval=cfg.eval,
         )
-        for name, curriculum in curricula_to_compare(cfg.segments).items()
+        for name, curriculum in curricula_to_compare(cfg.widening_segments).items()
     }
     return experiment.run_variants(
         variants,

@@ -35,6 +35,7 @@ class Config(experiment.RunArgs):
     seed: int = 0
     episode_length: int = 100  # 2 s of control at Playground's ctrl_dt = 0.02
     start_fraction: float = 0.25
+    widening_segments: int = 3  # segments after which the ranges are the target
     ppo: PPOConfig = PPOConfig(
         num_envs=64,
         unroll_length=20,
@@ -62,7 +63,7 @@ def main(cfg: Config) -> list[dict]:
         env=env,
         target=target,
         curriculum=curricula.LinearWidening(
-            start=cfg.start_fraction, segments=max(1, cfg.segments - 1)
+            start=cfg.start_fraction, segments=cfg.widening_segments
         ),
         ppo=dataclasses.replace(cfg.ppo, seed=cfg.seed),
         eval=cfg.eval,

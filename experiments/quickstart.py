@@ -28,6 +28,9 @@ class Config(experiment.RunArgs):
     steps_per_segment: int = 60_000
     seed: int = 0
     start_fraction: float = 0.2  # the first segment trains on 20% of the target ranges
+    # segments after which the ranges are the target: a run extended with more
+    # --segments goes on at the target, the schedule so far unchanged
+    widening_segments: int = 4
     ppo: PPOConfig = PPOConfig(
         num_envs=128,
         unroll_length=16,
@@ -55,7 +58,7 @@ def main(cfg: Config) -> list[dict]:
         env=env,
         target=target,
         curriculum=curricula.LinearWidening(
-            start=cfg.start_fraction, segments=max(1, cfg.segments - 1)
+            start=cfg.start_fraction, segments=cfg.widening_segments
         ),
         ppo=dataclasses.replace(cfg.ppo, seed=cfg.seed),
         eval=cfg.eval,

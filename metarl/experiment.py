@@ -17,7 +17,8 @@ goes through four stages, each a method of `Run`:
    curriculum, logs to TensorBoard (`metarl.tensorboard` tag scheme) and saves
    a checkpoint. Every key comes from ``fold_in`` of the seed, so a resumed
    run logs exactly what an uninterrupted one does;
-4. **report**: hyperparameters and the final table.
+4. **report**: hyperparameters with the final metrics (logged at the end of
+   the last segment, before its checkpoint) and the final table.
 
 With ``num_seeds`` N > 1 the N seeds ``seed, seed+1, ...`` train in one
 compiled program; each keeps its own curriculum state and TensorBoard run
@@ -29,6 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import inspect
 import json
 import os
 import pathlib
@@ -47,6 +50,7 @@ from metarl.agents import ppo
 from metarl.contexts import ContextSpace, PerEnv
 from metarl.envs import CONTEXT, ContextualEnv
 from metarl.tensorboard import RunLogger, episode_return_tag, flatten_hparams
+from metarl.trees import to_numpy
 
 HISTORY = "history.json"
 RUN_FILE = "run.json"
@@ -56,6 +60,9 @@ RESUME_MODES = ("auto", "never", "force")
 EXTENDABLE = ("segments",)
 # Fields not even resume="force" accepts: they would mix runs or fail to restore.
 NEVER_FORCED = ("seed", "num_seeds", "ppo.", "experiment.")
+# What a run ran on, recorded beside its config and compared like config fields
+# "<section>.<name>" (forceable): provenance.software() (+ the script's hash), .platform()
+ENVIRONMENT = ("software", "platform")
 SPLITS = ("train", "interpolation", "extrapolation", "extrapolation_low", "extrapolation_high")
 _SETS, _EVAL, _NOW = 1, 2, 3  # fold_in streams of a seed's key
 
@@ -116,23 +123,31 @@ class Compiled:
     grid_axes: dict[str, np.ndarray]
 
     def fits(self, exp: Experiment, num_seeds: int) -> bool:
+        axes = _heatmap_axes(exp)
         return (
             self.space.env is exp.env
             and self.space.config == exp.ppo
             and self.space.num_seeds == (num_seeds if num_seeds > 1 else None)
             and self.evaluator.episodes == exp.eval.episodes
+            and self.evaluator.max_contexts == _eval_size(exp.eval.contexts, axes)
+            and self.grid_axes.keys() == axes.keys()
+            and all(np.array_equal(self.grid_axes[k], v) for k, v in axes.items())
         )
 
 
 def compile_experiment(exp: Experiment, num_seeds: int = 1) -> Compiled:
     """Builds the train space (with a seed axis if `num_seeds` > 1) and the evaluator."""
     axes = _heatmap_axes(exp)
-    size = max(exp.eval.contexts, int(np.prod([len(v) for v in axes.values()])))
     return Compiled(
         space=ppo.make_train_space(exp.env, exp.ppo, num_seeds if num_seeds > 1 else None),
-        evaluator=E.Evaluator(exp.env, exp.eval.episodes, size),
+        evaluator=E.Evaluator(exp.env, exp.eval.episodes, _eval_size(exp.eval.contexts, axes)),
         grid_axes=axes,
     )
+
+
+def _eval_size(contexts: int, axes: Mapping[str, np.ndarray]) -> int:
+    """Contexts the evaluator takes at once: a split's, or the heatmap grid's if larger."""
+    return max(contexts, int(np.prod([len(v) for v in axes.values()])))
 
 
 def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
@@ -188,10 +203,9 @@ def _current_set(ranges: ContextSpace | PerEnv, num: int, key: jax.Array) -> E.C
 
 
 def _shared(ranges: ContextSpace | PerEnv) -> ContextSpace:
-    """Ranges to log: per-env ranges as their envelope over envs (min low, max high)."""
-    if not isinstance(ranges, PerEnv):
-        return ranges
-    return jax.tree.map(lambda x: np.asarray(x)[0], ranges.ranges)
+    """Ranges to log: per-env ranges keep their [num_envs] rows, which
+    `RunLogger.log_ranges` reduces to their envelope (min low, max high over envs)."""
+    return ranges.ranges if isinstance(ranges, PerEnv) else ranges
 
 
 class _InterruptedError(Exception):
@@ -215,34 +229,97 @@ def _interruptible():
 
 
 # ---- run identity ----
-def _identity(exp: Experiment, hparams: Any, num_seeds: int, seed: int) -> dict[str, Any]:
+def _identity(
+    exp: Experiment, hparams: Any, num_seeds: int, seed: int, steps_per_segment: int, segments: int
+) -> dict[str, Any]:
     config = flatten_hparams(hparams) if hparams is not None else {}
     config.update({f"ppo.{k}": v for k, v in flatten_hparams(exp.ppo).items()})
     config.update({f"eval.{k}": v for k, v in flatten_hparams(exp.eval).items()})
+    config.update({f"experiment.env.{k}": v for k, v in _describe_env(exp.env).items()})
     config.update(
         {
             "seed": seed,
             "num_seeds": num_seeds,
-            "experiment.env": _describe_env(exp.env),
+            "steps_per_segment": steps_per_segment,
+            "segments": segments,
             "experiment.target": repr(exp.target),
+            "experiment.curriculum": _describe_curriculum(exp.curriculum),
+            "env.model": _model_digest(exp.env),
         }
     )
     for key in ("logdir", "resume"):
         config.pop(key, None)
-    return config
+    return json.loads(json.dumps(config, default=str))  # as run.json will hold it
 
 
-def _describe_env(env: ContextualEnv) -> str:
-    return (
-        f"{type(env.unwrapped).__name__}(backend={env.binding.backend!r}, "
-        f"episode_length={env.episode_length}, episodes_per_trial={env.episodes_per_trial}, "
-        f"visible_context={env.visible_context!r})"
-    )
+def _describe_env(env: ContextualEnv) -> dict[str, Any]:
+    """The contextual wrapper's settings and the wrapped env's construction settings:
+    its plain attributes (Brax envs keep their keyword arguments so, MjcfEnv its
+    n_frames and noise), its config (Playground's ConfigDict) and the names of
+    the functions it was given (MjcfEnv's observe, reward, terminated)."""
+    inner = env.unwrapped
+    described = {
+        "class": f"{type(inner).__module__}.{type(inner).__qualname__}",
+        "backend": env.binding.backend,
+        "episode_length": env.episode_length,
+        "episodes_per_trial": env.episodes_per_trial,
+        "visible_context": env.visible_context,
+    }
+    for name, value in sorted(vars(inner).items()):
+        if hasattr(value, "to_dict"):  # ml_collections.ConfigDict
+            value = value.to_dict()
+        if inspect.isfunction(value):
+            described[name] = f"{value.__module__}.{value.__qualname__}"
+        elif _plain(value):
+            described[name] = value
+    return described
+
+
+def _plain(value: Any) -> bool:
+    """A value whose repr is the same in every process (numbers, strings, and
+    tuples, lists and dicts of them)."""
+    if isinstance(value, bool | int | float | str | np.integer | np.floating) or value is None:
+        return True
+    if isinstance(value, tuple | list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def _model_digest(env: ContextualEnv) -> str:
+    """sha256 (16 hex digits) of the default physics model's arrays (an edited MJCF,
+    another asset or a constructor argument that changes the model)."""
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(to_numpy(env.binding.sys)):
+        digest.update(f"{leaf.dtype}{leaf.shape}".encode())
+        digest.update(np.ascontiguousarray(leaf).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _describe_curriculum(curriculum: CurriculumLike) -> str:
+    """The factory and arguments a curriculum was built with (`curricula.Curriculum.params`),
+    or, for a curriculum that does not say, the name of its update function."""
+    params = dict(getattr(curriculum, "params", None) or {})
+    if params:
+        args = ", ".join(f"{k}={v!r}" for k, v in params.items() if k != "name")
+        return f"{params['name']}({args})"
+    update = curriculum.update
+    return f"{getattr(update, '__module__', '?')}.{getattr(update, '__qualname__', repr(update))}"
 
 
 def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
     return {
         k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
+    }
+
+
+def _environment() -> dict[str, dict[str, Any]]:
+    """The run's software (with a hash of the script that runs it) and platform."""
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    return {
+        "software": {**provenance.software(), "script": provenance.file_hash(script)},
+        "platform": provenance.platform(),
     }
 
 
@@ -253,15 +330,18 @@ def check_identity(logdir: pathlib.Path, config: dict[str, Any], resume: str) ->
     the same but for `EXTENDABLE` fields (more segments). "force": also accept
     other differences, except `NEVER_FORCED` fields (seeds, PPO, env, target,
     curriculum), which would mix runs; accepted differences are recorded.
-    The software a run ran on (`metarl.provenance.software`: library versions
-    and a hash of metarl's source) counts as config fields ``software.<name>``:
-    a rerun on other code or libraries needs resume="force".
+    The software a run ran on (`metarl.provenance.software`: library versions,
+    a hash of metarl's source and of the script) and its platform
+    (`metarl.provenance.platform`: device kind and count, XLA flags, JAX's
+    numerical settings) count as config fields ``software.<name>`` and
+    ``platform.<name>``: a rerun on other code, libraries or devices needs
+    resume="force", and the earlier values are kept in ``<section>_before``.
     """
     if resume not in RESUME_MODES:
         raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
     path = logdir / RUN_FILE
-    versions = provenance.software()
-    record = {"software": versions, "software_before": [], "config": config, "forced": []}
+    now = _environment()
+    record = {**now, **{f"{s}_before": [] for s in ENVIRONMENT}, "config": config, "forced": []}
     if path.exists():
         old = json.loads(path.read_text())
         if resume == "never":
@@ -270,16 +350,15 @@ def check_identity(logdir: pathlib.Path, config: dict[str, Any], resume: str) ->
                 "or rerun with --resume auto to continue it"
             )
         diff = _differences(old["config"], json.loads(json.dumps(config)))
-        if "software" in old:  # other code or libraries: forceable, like any other field
-            diff.update(
-                {f"software.{k}": v for k, v in _differences(old["software"], versions).items()}
-            )
-        else:
-            print(
-                f"{path} records no software versions (written by an older metarl): "
-                "they are not compared",
-                file=sys.stderr,
-            )
+        for section in ENVIRONMENT:  # other code, libraries or devices: forceable
+            if section in old:
+                changed = _differences(old[section], now[section])
+                diff.update({f"{section}.{k}": v for k, v in changed.items()})
+            else:
+                print(
+                    f"{path} records no {section} (written by an older metarl): not compared",
+                    file=sys.stderr,
+                )
         blocking = {k: v for k, v in diff.items() if k not in EXTENDABLE}
         never = {k: v for k, v in blocking.items() if k.startswith(NEVER_FORCED)}
         if blocking and (resume == "auto" or never):
@@ -289,13 +368,14 @@ def check_identity(logdir: pathlib.Path, config: dict[str, Any], resume: str) ->
                 if never
                 else "start a new run with another --logdir, or accept with --resume force"
             )
-            kinds = {"software" if k.startswith("software.") else "config" for k in blocking}
-            what = " and ".join(sorted(kinds))  # config, software, or config and software
+            sections = {k.split(".")[0] for k in blocking}
+            kinds = {s if s in ENVIRONMENT else "config" for s in sections}
+            what = " and ".join(sorted(kinds))  # e.g. "config", "platform and software"
             raise SystemExit(f"{logdir} holds a run with another {what}:\n{lines}\n{hint}")
         record["forced"] = old.get("forced", []) + ([sorted(blocking)] if blocking else [])
-        # the software of the segments before each forced change, oldest first
-        earlier = [old["software"]] if old.get("software", versions) != versions else []
-        record["software_before"] = old.get("software_before", []) + earlier
+        for section in ENVIRONMENT:  # the values of the segments before each change
+            earlier = [old[section]] if old.get(section, now[section]) != now[section] else []
+            record[f"{section}_before"] = old.get(f"{section}_before", []) + earlier
         if blocking:
             print(f"Resuming with changed fields (forced): {sorted(blocking)}", file=sys.stderr)
     tmp = path.with_suffix(".tmp")
@@ -339,9 +419,13 @@ class Run:
         return [self.logdir / f"seed_{s}" for s in self.seeds] + [self.logdir / "aggregate"]
 
     # stage 1
-    def setup(self, hparams: Any, resume: str) -> None:
+    def setup(self, hparams: Any, resume: str, steps_per_segment: int, segments: int) -> None:
         self.logdir.mkdir(parents=True, exist_ok=True)
-        check_identity(self.logdir, _identity(self.exp, hparams, self.num_seeds, self.seed), resume)
+        identity = _identity(
+            self.exp, hparams, self.num_seeds, self.seed, steps_per_segment, segments
+        )
+        check_identity(self.logdir, identity, resume)
+        self.hparams = hparams
         exp = self.exp
         keys = ppo.seed_keys(self.seed, self.num_seeds if self.num_seeds > 1 else None)
         k_train, k_env, k_cur = ppo.split_keys(keys, 3)
@@ -373,6 +457,12 @@ class Run:
     def resume(self) -> None:
         ckpt = self.logdir / CHECKPOINTS
         if checkpoint.latest_step(ckpt) is None:
+            if damaged := checkpoint.damaged_steps(ckpt):  # never start over on top of them
+                raise SystemExit(
+                    f"{ckpt} holds no intact checkpoint, only damaged ones moved aside "
+                    f"({', '.join(damaged)}); nothing was deleted. Remove or move them to "
+                    "start this run over, or start a new run with another --logdir"
+                )
             # A fresh start: whatever an earlier attempt logged before its first
             # checkpoint is stale (it would duplicate points), so it goes.
             for d in self._logdirs():
@@ -380,7 +470,10 @@ class Run:
                     f.unlink()
             (self.logdir / HISTORY).unlink(missing_ok=True)
             return
-        state = checkpoint.restore(ckpt, like=self._state(0))
+        try:
+            state = checkpoint.restore(ckpt, like=self._state(0))
+        except checkpoint.CheckpointError as e:  # every step damaged, each moved aside
+            raise SystemExit(f"cannot resume {self.logdir}: {e}\nnothing was deleted") from None
         self.ts, self.es, self.cstates = state["training"], state["env"], state["curriculum"]
         self.start = int(state["segment"])
         history = self.logdir / HISTORY
@@ -428,6 +521,8 @@ class Run:
         if self.num_seeds > 1:
             self._log_aggregate(loggers[-1], step, results)
         self.rows.append(self._row(k + 1, step, metrics, results))
+        if k + 1 == segments:  # before the checkpoint: a rerun after it has nothing to log
+            self.report(loggers)
         _write_json(self.logdir / HISTORY, self.rows)
         checkpoint.save(self.logdir / CHECKPOINTS, k + 1, self._state(k + 1), keep=2)
 
@@ -515,16 +610,19 @@ class Run:
             row["episodes"] = [self._per_seed(list(map(float, e))) for e in per_episode]
         return row
 
-    # stage 4
-    def report(self, loggers: list[RunLogger], hparams: Any) -> None:
-        final = self.rows[-1] if self.rows else {}
+    # stage 4 (at the end of the last segment)
+    def report(self, loggers: list[RunLogger]) -> None:
+        """The hyperparameters with the final metrics, for TensorBoard's HParams tab."""
+        final = self.rows[-1]
         for i, logger in enumerate(loggers[: self.num_seeds]):
             values = {
                 k: v[i] if isinstance(v, list) else v for k, v in final.items() if k != "episodes"
             }
             for j, v in enumerate(final.get("episodes", []), 1):
                 values[f"episode_{j}"] = v[i] if isinstance(v, list) else v
-            logger.log_hparams(hparams if hparams is not None else self.exp.ppo, values)
+            hparams = self.hparams if self.hparams is not None else self.exp.ppo
+            logger.log_hparams(hparams, values)
+            logger.flush()
 
 
 def _write_json(path: pathlib.Path, rows: list[dict]) -> None:
@@ -561,7 +659,7 @@ def run(
     if resume not in RESUME_MODES:
         raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
     r = Run(exp, logdir, seed, num_seeds, compiled)
-    r.setup(hparams, resume)
+    r.setup(hparams, resume, steps_per_segment, segments)
     r.resume()
     names = list(exp.target)
     purge = r.space.env_steps(r.ts) + 1 if r.start else None
@@ -582,7 +680,6 @@ def run(
                 raise SystemExit(130) from None
             if progress:
                 tqdm.write(_line(_cells(r.rows[-1], num_seeds)))
-        r.report(loggers, hparams)
     if table:
         print_table(r.rows, logdir)
     return r.rows

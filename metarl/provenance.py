@@ -1,4 +1,5 @@
-"""What software a run ran on, recorded in its run.json and compared on resume.
+"""What software and platform a run ran on, recorded in its run.json and
+compared on resume.
 
 `software()` names the versions of the libraries that produce a run's numbers
 (JAX, Brax, MuJoCo, Flax, Optax, ...) and a hash of metarl's own source
@@ -6,20 +7,32 @@
 on other code or libraries does not mix two runs silently
 (`metarl.experiment.check_identity`). The hash, not a git commit, because it
 changes exactly when the code that runs changes, and works for installed
-wheels too.
+wheels too. `platform()` names what else changes the numbers of the same
+code: the device kind and count (the envs are split over the devices), the
+XLA flags and JAX's numerical settings.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import pathlib
 from importlib.metadata import PackageNotFoundError, version
+
+import jax
 
 import curricula
 import metarl
 
 LIBRARIES = ("jax", "jaxlib", "brax", "mujoco", "mujoco-mjx", "flax", "optax", "playground")
 SOURCE_SUFFIXES = (".py", ".json")
+# JAX settings that change a program's numbers (random streams, precision, dtypes)
+JAX_SETTINGS = (
+    "jax_enable_x64",
+    "jax_default_matmul_precision",
+    "jax_threefry_partitionable",
+    "jax_default_prng_impl",
+)
 
 
 def source_hash(*roots: pathlib.Path) -> str:
@@ -51,3 +64,26 @@ def software() -> dict[str, str | None]:
         "metarl_source": source_hash(*roots),
         **{name: installed(name) for name in LIBRARIES},
     }
+
+
+def platform() -> dict[str, str | int | None]:
+    """What runs the programs, besides the software: JAX's backend ("cpu",
+    "gpu", ...), the first device's kind ("NVIDIA H100 80GB HBM3"), the number
+    of devices and processes, the XLA_FLAGS environment variable and the
+    `JAX_SETTINGS`. The same code and seed give other numbers when any of
+    them changes."""
+    return {
+        "backend": jax.default_backend(),
+        "device_kind": jax.devices()[0].device_kind,
+        "devices": jax.device_count(),
+        "processes": jax.process_count(),
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+        **{name: str(getattr(jax.config, name)) for name in JAX_SETTINGS},
+    }
+
+
+def file_hash(path: str | os.PathLike | None) -> str | None:
+    """sha256 (first 16 hex digits) of one file's bytes; None for no file."""
+    if path is None or not pathlib.Path(path).is_file():
+        return None
+    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()[:16]

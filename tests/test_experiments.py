@@ -13,7 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from metarl import checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TINY = ["--segments", "3", "--steps-per-segment", "2048", "--seed", "1"]
+TINY = ["--segments", "3", "--widening-segments", "2", "--steps-per-segment", "2048", "--seed", "1"]
 TINY_PPO = ["--ppo.num-envs", "32", "--eval.contexts", "4", "--eval.episodes", "1"]
 
 

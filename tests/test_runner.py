@@ -9,17 +9,19 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import jax
 import numpy as np
 import pytest
+from brax import envs as brax_envs
 
 import curricula
 from metarl import checkpoint, experiment, provenance
 from metarl import contexts as C
 from metarl.agents import ppo
 from metarl.envs import make_contextual
-from metarl.tensorboard import read_scalars
+from metarl.tensorboard import RunLogger, read_scalars
 from metarl.trees import to_numpy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -119,7 +121,8 @@ def test_a_rerun_on_other_software_refuses_unless_forced(exp, compiled, tmp_path
     _run(exp, compiled, logdir, 1)
     path = logdir / experiment.RUN_FILE
     record = json.loads(path.read_text())
-    assert record["software"] == provenance.software()
+    script = provenance.file_hash(getattr(sys.modules["__main__"], "__file__", None))
+    assert record["software"] == {**provenance.software(), "script": script}
     record["software"]["jax"] = "0.0.1"  # as if the run started on another JAX
     path.write_text(json.dumps(record))
     refusal = r"(?s)another software:\n  software\.jax: run has '0\.0\.1'.*--resume force"
@@ -136,7 +139,109 @@ def test_a_rerun_on_other_software_refuses_unless_forced(exp, compiled, tmp_path
     path.write_text(json.dumps(record))
     capsys.readouterr()
     _run(exp, compiled, logdir, 3)
-    assert "records no software versions" in capsys.readouterr().err
+    assert "records no software" in capsys.readouterr().err
+
+
+def test_a_rerun_on_another_platform_refuses_unless_forced(exp, compiled, tmp_path):
+    logdir = tmp_path / "run"
+    _run(exp, compiled, logdir, 1)
+    path = logdir / experiment.RUN_FILE
+    record = json.loads(path.read_text())
+    assert record["platform"] == provenance.platform()
+    assert record["platform"]["devices"] == jax.device_count() == 1
+    # as if it had started on 2 devices (the envs split two ways) with other XLA flags
+    record["platform"].update(devices=2, XLA_FLAGS="--xla_gpu_deterministic_ops=true")
+    path.write_text(json.dumps(record))
+    refusal = (
+        r"(?s)another platform:\n  platform\.XLA_FLAGS: run has '--xla_gpu_deterministic_ops"
+        r"=true', now ''\n  platform\.devices: run has 2, now 1\n.*--resume force"
+    )
+    with pytest.raises(SystemExit, match=refusal):
+        _run(exp, compiled, logdir, 2)
+    _run(exp, compiled, logdir, 2, resume="force")
+    record = json.loads(path.read_text())
+    assert record["forced"] == [["platform.XLA_FLAGS", "platform.devices"]]
+    assert [p["devices"] for p in record["platform_before"]] == [2]  # what segment 1 ran on
+
+
+def test_the_run_identity_holds_what_changes_the_numbers(exp):
+    def identity(e, steps=STEPS):
+        return experiment._identity(e, None, 1, 0, steps, 3)
+
+    def changed(other):
+        a, b = identity(exp), other
+        return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+    base = identity(exp)
+    assert base["experiment.curriculum"] == "LinearWidening(start=0.2, segments=2)"
+    assert changed(identity(exp, 2 * STEPS)) == ["steps_per_segment"]  # without hparams too
+    curriculum = curricula.LinearWidening(start=0.2, segments=3)
+    assert changed(identity(replace(exp, curriculum=curriculum))) == ["experiment.curriculum"]
+    # a constructor argument of the wrapped env, and an edited model
+    slower = make_contextual("inverted_pendulum", TARGET, episode_length=50, n_frames=3)
+    assert changed(identity(replace(exp, env=slower))) == ["experiment.env._n_frames"]
+    pendulum = brax_envs.get_environment("inverted_pendulum")
+    pendulum.sys = pendulum.sys.tree_replace({"geom_friction": pendulum.sys.geom_friction * 2})
+    edited = make_contextual(pendulum, TARGET, episode_length=50)
+    assert changed(identity(replace(exp, env=edited))) == ["env.model"]
+    assert identity(exp) == base  # the same in every call
+
+
+def test_a_rerun_with_another_curriculum_cannot_be_forced(exp, compiled, tmp_path):
+    logdir = tmp_path / "run"
+    _run(exp, compiled, logdir, 1)
+    other = replace(exp, curriculum=curricula.LinearWidening(start=0.2, segments=5))
+    refusal = (
+        r"(?s)experiment\.curriculum: run has 'LinearWidening\(start=0\.2, segments=2\)', "
+        r"now 'LinearWidening\(start=0\.2, segments=5\)'.*cannot be forced"
+    )
+    with pytest.raises(SystemExit, match=refusal):
+        _run(other, compiled, logdir, 2, resume="force")
+
+
+def test_rerunning_a_finished_run_logs_nothing_new(exp, compiled, tmp_path):
+    logdir = tmp_path / "run"
+    _run(exp, compiled, logdir, 2, hparams={"lr": 1.0})
+    before = read_scalars(logdir)
+    hparams = [tag for tag in before if tag.startswith("hparams/")]
+    assert hparams and all(before[tag][0][0] == 2 * STEPS for tag in hparams)
+    _run(exp, compiled, logdir, 2, hparams={"lr": 1.0})
+    assert read_scalars(logdir) == before  # every tag once per step, the hparams too
+
+
+def test_per_env_ranges_are_logged_as_their_envelope(tmp_path):
+    rows = [C.ContextSpace({"gravity": C.Uniform(lo, hi)}) for lo, hi in ((8, 10), (5, 9), (9, 12))]
+    per_env = C.PerEnv(jax.tree.map(lambda *x: np.stack(x), *rows))  # ADR's kind of ranges
+    with RunLogger(tmp_path, ["gravity"]) as logger:
+        logger.log_ranges(7, experiment._shared(per_env))
+    scalars = read_scalars(tmp_path)
+    assert scalars["curriculum/gravity/low"] == [(7, 5.0)]
+    assert scalars["curriculum/gravity/high"] == [(7, 12.0)]
+
+
+def test_compiled_pieces_serve_only_runs_with_the_same_evaluation(exp, compiled):
+    assert compiled.fits(exp, 1)
+    for other in (
+        replace(exp.eval, heatmap_points=3),  # another grid
+        replace(exp.eval, extrapolation_factor=2.0),  # the grid spans more
+        replace(exp.eval, contexts=5),  # more contexts per split than the evaluator takes
+    ):
+        assert not compiled.fits(replace(exp, eval=other), 1), other
+
+
+def test_damaged_checkpoints_are_never_started_over(exp, compiled, tmp_path):
+    logdir = tmp_path / "run"
+    _run(exp, compiled, logdir, 1)
+    kept = sorted(logdir.glob("events.out.tfevents.*")) + [logdir / experiment.HISTORY]
+    for path in (logdir / experiment.CHECKPOINTS / "1").rglob("*"):
+        if path.is_file() and path.stat().st_size:
+            path.write_bytes(bytes(path.stat().st_size))  # every byte zeroed
+    with pytest.warns(RuntimeWarning), pytest.raises(SystemExit, match="nothing was deleted"):
+        _run(exp, compiled, logdir, 2)
+    with pytest.raises(SystemExit, match=r"only damaged ones moved aside \(damaged-1\)"):
+        _run(exp, compiled, logdir, 2)
+    assert all(path.exists() for path in kept)  # neither the logs nor the history went
+    assert (logdir / experiment.CHECKPOINTS / "damaged-1").is_dir()
 
 
 def test_source_hash_follows_the_code_only(tmp_path):
