@@ -24,7 +24,18 @@ import jax
 import curricula
 import metarl
 
-LIBRARIES = ("jax", "jaxlib", "brax", "mujoco", "mujoco-mjx", "flax", "optax", "playground")
+LIBRARIES = (
+    "jax",
+    "jaxlib",
+    "brax",
+    "mujoco",
+    "mujoco-mjx",
+    "flax",
+    "optax",
+    "distrax",
+    "numpy",
+    "playground",
+)
 SOURCE_SUFFIXES = (".py", ".json")
 # JAX settings that change a program's numbers (random streams, precision, dtypes)
 JAX_SETTINGS = (
