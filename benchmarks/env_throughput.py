@@ -8,8 +8,10 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
 * plain: `brax.envs.training.wrap(env)` (vmap + episode + cached auto-reset).
 * brax_dr: the same with `randomization_fn`: a static batch of Systems with
   gravity, per-body mass and per-geom friction drawn once, at build time.
-* contextual: `make_contextual` with the same three quantities, drawn afresh
-  at every episode inside jit, with exact resets (`--strategy`, default auto).
+* contextual: `make_contextual` with the same quantities, drawn afresh at every
+  episode inside jit, with exact resets (`--strategy`, default auto); friction
+  only where some geom collides (not on inverted_pendulum, where no contact
+  reads it).
 * contextual_<strategy>: the same with one reset strategy forced
   (dense, loop, compact, pool). For pool, refills/step is the fraction of
   steps at which the pool was refilled (a dense refill costs one dense step).
@@ -41,6 +43,7 @@ from brax.envs.wrappers import training as brax_training
 
 from metarl import contexts as C
 from metarl import provenance
+from metarl.contexts.quantities import QUANTITIES
 from metarl.envs import POOL, ContextualEnv, make_contextual
 from metarl.envs.autoreset import pooled_where_done
 
@@ -63,14 +66,14 @@ class Config:
     out: str | None = None  # path stem for the .json / .png results
 
 
-def _space() -> C.ContextSpace:
-    return C.ContextSpace(
-        {
-            "gravity": C.Scale(*GRAVITY),
-            "mass": C.Scale(*MASS, per_element=True),
-            "friction": C.Scale(*FRICTION, per_element=True),
-        }
-    )
+def _space(sys) -> C.ContextSpace:
+    """Gravity, per-body mass and, where some geom collides, per-geom friction (every
+    geom of inverted_pendulum has contype 0: its friction would change nothing, and
+    metarl refuses it)."""
+    entries = {"gravity": C.Scale(*GRAVITY), "mass": C.Scale(*MASS, per_element=True)}
+    if QUANTITIES["friction"].live(sys).any():
+        entries["friction"] = C.Scale(*FRICTION, per_element=True)
+    return C.ContextSpace(entries)
 
 
 def _brax_randomizer(num_envs: int):
@@ -157,7 +160,7 @@ def _build(label: str, name: str, n: int, cfg: Config):
         raise ValueError(f"unknown variant {label!r}")
     ctx = make_contextual(
         name,
-        _space(),
+        _space(brax_envs.get_environment(name, **kwargs).sys),
         episode_length=1000,
         reset_chunk=cfg.reset_chunk,
         reset_strategy=strategy,

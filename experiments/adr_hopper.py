@@ -48,7 +48,7 @@ def main(cfg: Config) -> list[dict]:
     target = C.ContextSpace(
         {
             "mass": C.Scale(0.5, 2.0),  # x default, one draw for all bodies
-            "friction": C.Scale(0.3, 1.5),  # x default, every geom
+            "friction": C.Scale(0.3, 1.5),  # x default, the colliding geoms (floor, foot)
         }
     )
     env = make_contextual("hopper", target, backend=cfg.backend, episode_length=1000)

@@ -61,6 +61,11 @@ def other_config_state():
     return ppo.init_training_state(other, jax.random.key(2))
 
 
+def swapped_ranges():
+    """G's bounds swapped (15, 5) by rebuilding the tree: no Uniform.__init__ runs."""
+    return jax.tree.unflatten(jax.tree.structure(G), jax.tree.leaves(G)[::-1])
+
+
 def bind(spec, name="inverted_pendulum", **kw):
     return lambda: make_contextual(name, C.ContextSpace(spec), **kw)
 
@@ -153,6 +158,12 @@ ROWS = [
         run_train(context=C.ContextSpace({"gravity": C.Uniform(-50.0, -45.0)})),
         ValueError,
         "must be >= 0",
+    ),
+    (
+        "per-env ranges with an infinite bound",
+        run_train(context=C.PerEnv(jax.tree.map(lambda x: np.stack([x, x * np.inf] * 4), G))),
+        ValueError,
+        "Uniform.low must be finite",
     ),
     ("init_env_state(0)", lambda: ppo.init_env_state(space(), 0), TypeError, "typed PRNG key"),
     ("init_training(0)", lambda: ppo.init_training_state(space(), 0), TypeError, "typed PRNG key"),
@@ -250,6 +261,18 @@ ROWS = [
         ),
         ValueError,
         "must be >= 0",
+    ),
+    (
+        "reset with NaN ranges rebuilt by tree.map",
+        lambda: env().reset(jax.random.key(0), jax.tree.map(lambda x: x * np.nan, G)),
+        ValueError,
+        "Uniform.low must be finite",
+    ),
+    (
+        "set_ranges with swapped bounds rebuilt by tree.map",
+        lambda: env().set_ranges(env().reset(jax.random.key(0)), swapped_ranges()),
+        ValueError,
+        "low <= high",
     ),
     (
         "step with a batch of actions",

@@ -2,12 +2,15 @@
 
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 import pytest
+from brax.io import mjcf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metarl import contexts as C
+from metarl.envs import toy
 from metarl.envs.toy import Puck
 
 SYS = Puck().sys
@@ -107,6 +110,34 @@ def test_mass_scales_inertia_and_derived_quantities():
     np.testing.assert_allclose(sys.body_inertia, 2 * SYS.body_inertia, rtol=1e-6)
     np.testing.assert_allclose(sys.link.invweight, SYS.link.invweight / 2, rtol=1e-6)
     np.testing.assert_allclose(sys.body_subtreemass, 2 * SYS.body_subtreemass, rtol=1e-6)
+
+
+# Bodies hanging off the world alone, where MuJoCo's inverse weights follow an
+# inertia scale exactly: one on a free joint, one on a ball joint at its centre of mass.
+FREE_AND_BALL_XML = """
+<mujoco><worldbody>
+  <body name="free" pos="0 0 1"><joint type="free"/>
+    <geom type="box" size="0.1 0.2 0.3" mass="2" contype="0" conaffinity="0"/></body>
+  <body name="ball" pos="1 0 1"><joint type="ball"/>
+    <geom type="ellipsoid" size="0.3 0.1 0.2" mass="3" contype="0" conaffinity="0"/></body>
+</worldbody></mujoco>"""
+
+
+@pytest.mark.parametrize("xml", [toy.XML, FREE_AND_BALL_XML], ids=["puck", "free and ball"])
+@pytest.mark.parametrize("backend", ["generalized", "mjx"])
+def test_inertia_sets_the_inverse_weights_mujoco_computes(xml, backend):
+    """inertia x2 halves the rotational inverse weights only (hinge, ball, a free
+    joint's last three dofs); translational dofs (the puck's slides, a free joint's
+    first three) keep theirs, as MuJoCo's mj_setConst recomputes them."""
+    sys = mjcf.loads(xml)
+    binding = _bind({"inertia": C.Fixed(2.0, relative=True)}, backend, sys)
+    got = binding.apply({"inertia": jnp.float32(2.0)})
+    model = mujoco.MjModel.from_xml_string(xml)
+    model.body_inertia[1:] *= 2.0
+    mujoco.mj_setConst(model, mujoco.MjData(model))
+    np.testing.assert_allclose(got.dof_invweight0, model.dof_invweight0, rtol=1e-5)
+    np.testing.assert_allclose(got.dof.invweight, model.dof_invweight0, rtol=1e-5)
+    np.testing.assert_allclose(got.body_invweight0, model.body_invweight0, rtol=1e-5)
 
 
 def test_geom_size_scales_collision_bounds():
@@ -241,6 +272,74 @@ def test_check_ranges_rejects_other_names_kinds_and_shapes():
         )
 
 
+RANGES = {
+    "gravity": C.Uniform(5.0, 15.0),
+    "mass": C.LogUniform(0.5, 2.0),
+    "com_offset": C.Normal(0.0, 0.01),
+    "damping": C.TruncatedNormal(0.2, 0.05, 0.0, 1.0),
+    "actuator_gain": C.Choice([-1.0, 1.0], relative=True),
+}
+
+
+def _rebuilt(name, field, value):
+    """The space with one number replaced by jax.tree.map, as a curriculum rebuilds
+    ranges: no distribution __init__ runs."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: (
+            np.asarray(value, np.float32)
+            if path == (jax.tree_util.DictKey(name), jax.tree_util.GetAttrKey(field))
+            else x
+        ),
+        C.ContextSpace(RANGES),
+    )
+
+
+REBUILT = {
+    "NaN bound": (("gravity", "low", np.nan), r"context 'gravity': Uniform.low must be finite"),
+    "infinite bound": (("gravity", "high", np.inf), "Uniform.high must be finite"),
+    "low > high": (("gravity", "low", 20.0), "Uniform needs low <= high"),
+    "loguniform low <= 0": (("mass", "low", 0.0), "LogUniform needs low > 0"),
+    "negative std": (("com_offset", "std", -0.01), "Normal needs std >= 0"),
+    "NaN mean": (("com_offset", "mean", np.nan), "Normal.mean must be finite"),
+    "truncated low > high": (("damping", "low", 2.0), "TruncatedNormal needs low <= high"),
+    "truncated negative std": (("damping", "std", -1.0), "TruncatedNormal needs std >= 0"),
+    "probs not summing to 1": (
+        ("actuator_gain", "probs", [0.9, 0.9]),
+        "Choice probabilities must be >= 0 and sum to 1",
+    ),
+    "negative prob": (("actuator_gain", "probs", [1.5, -0.5]), "must be >= 0 and sum to 1"),
+}
+
+
+@pytest.mark.parametrize("case", list(REBUILT), ids=list(REBUILT))
+def test_check_ranges_validates_ranges_rebuilt_by_jax(case):
+    """The same checks and messages as construction, for ranges that skipped it."""
+    (name, field, value), message = REBUILT[case]
+    binding = _bind(RANGES)
+    assert binding.check_ranges(C.ContextSpace(RANGES))  # the valid ranges pass
+    with pytest.raises(ValueError, match=message):
+        binding.check_ranges(_rebuilt(name, field, value))
+    rows = jax.tree.map(
+        lambda a, b: np.stack([a, b, a]), binding.space, _rebuilt(name, field, value)
+    )
+    with pytest.raises(ValueError, match=message):  # one bad row of per-env ranges
+        binding.check_ranges(rows, (3,))
+
+
+def test_check_ranges_takes_nan_only_as_each_elements_own_default():
+    """pinned(default_context()) draws NaN for a shared absolute entry whose elements'
+    defaults differ (each keeps its own); anywhere else NaN is refused."""
+    from brax import envs as brax_envs
+
+    hopper = brax_envs.get_environment("hopper", backend="generalized").sys
+    binding = _bind({"friction": C.Uniform(0.4, 1.2), "gravity": C.Uniform(5.0, 15.0)}, sys=hopper)
+    pinned = binding.space.pinned(binding.default_context())
+    assert np.isnan(pinned["friction"].low) and binding.check_ranges(pinned) is pinned
+    nan_gravity = jax.tree.map(lambda x: np.float32(np.nan), pinned)
+    with pytest.raises(ValueError, match="context 'gravity': Uniform.low must be finite"):
+        binding.check_ranges(nan_gravity)
+
+
 # ---- pinning a shared absolute entry to defaults that differ per element ----
 
 
@@ -268,12 +367,12 @@ def _trajectory(env, ranges, steps=10):
 
 
 def test_pinned_default_context_runs_the_env_in_its_own_physics():
-    """hopper's geom frictions differ (floor vs limbs): a shared absolute `friction`
-    pinned to env.default_context() reproduces the env bit for bit."""
+    """hopper's colliding geoms have different frictions (floor 1, foot 2): a shared
+    absolute `friction` pinned to env.default_context() reproduces the env bit for bit."""
     space = {"friction": C.Uniform(0.4, 1.2), "gravity": C.Uniform(5.0, 15.0)}
     env = _hopper_env(space)
     defaults = env.default_context()
-    assert np.shape(defaults["friction"]) == (5,)
+    assert np.shape(defaults["friction"]) == (2,)  # only the floor and the foot collide
     assert len(set(np.asarray(defaults["friction"]).tolist())) > 1
     pinned = env.space.pinned(defaults)
     # the ranges keep the space's shapes: accepted wherever ranges are

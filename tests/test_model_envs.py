@@ -168,6 +168,81 @@ def test_pair_friction_needs_contact_pairs():
         make_contextual(env, C.ContextSpace({"pair_friction": C.Scale(0.5, 2.0)}))
 
 
+# A box pushed diagonally on a floor it touches only through an explicit pair.
+SLIDE_XML = """
+<mujoco model="pairslide">
+  <option timestep="0.01"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="0 0 0.1" contype="0" conaffinity="0"/>
+    <body name="box" pos="0 0 0.1">
+      <joint name="x" type="slide" axis="1 0 0"/>
+      <joint name="y" type="slide" axis="0 1 0"/>
+      <joint name="z" type="slide" axis="0 0 1"/>
+      <geom name="box" type="box" size="0.1 0.1 0.1" mass="1" contype="0" conaffinity="0"/>
+    </body>
+  </worldbody>
+  <contact><pair geom1="box" geom2="floor"/></contact>
+  <actuator>
+    <motor joint="x" gear="10" ctrlrange="-1 1"/>
+    <motor joint="y" gear="10" ctrlrange="-1 1"/>
+  </actuator>
+</mujoco>"""
+
+
+def test_pair_friction_slides_as_mujoco_does_in_both_tangent_directions():
+    """pair_friction is the pair's friction in both tangent directions of the contact
+    (MuJoCo reads pair_friction[:, 0] and [:, 1]): a box pushed diagonally slides
+    equally along x and y, exactly as far as MuJoCo's C engine moves it with both
+    coefficients set, and farther on less friction."""
+    import mujoco
+
+    def mujoco_c(f):
+        m = mujoco.MjModel.from_xml_string(SLIDE_XML)
+        d = mujoco.MjData(m)
+        m.pair_friction[:, :2] = f
+        d.ctrl[:] = 0.3
+        for _ in range(60):
+            mujoco.mj_step(m, d)
+        return d.qpos[:2]
+
+    space = C.ContextSpace({"pair_friction": C.Uniform(0.01, 2.0)})
+    box = MjcfEnv(SLIDE_XML, observe=_observe, reward=_reward, n_frames=2, reset_noise=0.0)
+    env = make_contextual(box, space)
+
+    @jax.jit
+    def slid(ranges):  # 30 steps of 2 frames: 60 physics steps
+        s = env.reset(jax.random.key(0), ranges)
+        s = jax.lax.fori_loop(0, 30, lambda i, s: env.step(s, jnp.full(2, 0.3)), s)
+        return s.pipeline_state.qpos[:2]
+
+    low, high = (np.asarray(slid(space.pinned({"pair_friction": f}))) for f in (0.05, 0.5))
+    np.testing.assert_allclose(low, mujoco_c(0.05), rtol=1e-3)
+    np.testing.assert_allclose(high, mujoco_c(0.5), rtol=1e-3)
+    assert low[0] > 2 * high[0] > 0.1
+
+
+def test_a_geom_touching_only_through_a_pair_takes_a_size_but_no_friction():
+    """MJX's collision reads the sizes of a pair's geoms but the pair's own friction:
+    geom friction there is refused, geom size is accepted and reaches the physics."""
+    box = lambda: MjcfEnv(SLIDE_XML, observe=_observe, reward=_reward, reset_noise=0.0)  # noqa: E731
+    for name in ("friction", "friction[box]"):
+        with pytest.raises(ValueError, match="vary 'pair_friction'"):
+            make_contextual(box(), C.ContextSpace({name: C.Uniform(0.05, 2.0)}))
+    space = C.ContextSpace({"geom_size[box]": C.Scale(0.5, 2.0)})
+    env = make_contextual(box(), space)
+
+    @jax.jit
+    def rest_height(ranges):
+        s = env.reset(jax.random.key(0), ranges)
+        s = jax.lax.fori_loop(0, 40, lambda i, s: env.step(s, jnp.zeros(2)), s)
+        return s.pipeline_state.qpos[2]
+
+    small = rest_height(space.pinned({"geom_size[box]": 1.0}))
+    large = rest_height(space.pinned({"geom_size[box]": 1.5}))
+    # the larger box rests on its larger half-height (0.15 m, not 0.1 m)
+    assert float(large - small) == pytest.approx(0.05, abs=0.01)
+
+
 def test_mjcf_env_refuses_brax_backends():
     with pytest.raises(ValueError, match="runs on MJX"):
         make_contextual(

@@ -33,10 +33,12 @@ def _supported(backend):
 
 
 def _space(values: dict, backend: str) -> C.ContextSpace:
+    """Every quantity in `values` (those `backend` supports), Fixed at its value."""
     return C.ContextSpace(
         {
             n: C.Fixed(values[n], relative=PERTURB[n][0], per_element=PERTURB[n][1])
             for n in _supported(backend)
+            if n in values
         }
     )
 
@@ -170,12 +172,56 @@ def test_default_context_reproduces_plain_brax(make_env, backend):
     np.testing.assert_array_equal(np.asarray(obs_ctx)[:n], np.asarray(obs_plain)[:n])
 
 
+@pytest.mark.parametrize("backend", ["positional", "spring"])
+def test_actuator_gain_scales_the_gear_the_backend_simulates(backend):
+    """Brax's reacher sets its gear to 25 on positional and spring (its MJCF says 200),
+    in the copy those backends read: the default context simulates the env itself,
+    and a scale of 2 simulates gear 50."""
+    plain = brax_envs.get_environment("reacher", backend=backend)
+    space = C.ContextSpace({"actuator_gain": C.Scale(0.5, 2.0)})
+    env = make_contextual("reacher", space, backend=backend)
+    gear = np.asarray(plain.sys.actuator.gear)
+    np.testing.assert_array_equal(gear, [25.0, 25.0])
+    for scale in (1.0, 2.0):
+        sys = env.binding.apply({"actuator_gain": jnp.float32(scale)})
+        np.testing.assert_array_equal(np.asarray(sys.actuator.gear), scale * gear)
+    actions = jnp.stack([jnp.sin(jnp.arange(8) / 2.0), jnp.cos(jnp.arange(8) / 3.0)], -1)
+
+    @jax.jit
+    def both(ranges):
+        start = env.reset(jax.random.key(1), ranges)
+        base = start.replace(
+            info={k: v for k, v in start.info.items() if k not in (CONTEXT, TRIAL)}
+        )
+
+        def body(carry, a):
+            s, b = carry
+            s, b = env.step(s, a), plain.step(b, a)
+            return (s, b), (s.pipeline_state.q, b.pipeline_state.q)
+
+        return jax.lax.scan(body, (start, base), actions)[1]
+
+    q_ctx, q_plain = both(space.pinned({"actuator_gain": 1.0}))
+    np.testing.assert_array_equal(np.asarray(q_ctx), np.asarray(q_plain))
+    q_double, _ = both(space.pinned({"actuator_gain": 2.0}))
+    assert np.abs(np.asarray(q_double) - np.asarray(q_plain)).max() > 1e-3
+
+
 def _placeholders(env, backend):
-    """Values of the right shapes, to build a probe env that reports the true defaults."""
-    return {
-        n: np.asarray(QUANTITIES[n].default(env.sys)) if PERTURB[n][1] else 1.0
-        for n in _supported(backend)
-    }
+    """Values of the right shapes, to build a probe env that reports the true defaults,
+    for the quantities the env can take: a name without elements covers the live ones
+    (inverted_pendulum's geoms collide with nothing, so it takes no friction or size)."""
+    out = {}
+    for n in _supported(backend):
+        q = QUANTITIES[n]
+        default = np.asarray(q.default(env.sys))
+        if q.live is not None:
+            live = np.asarray(q.live(env.sys))
+            if not live.any():
+                continue
+            default = default[live]
+        out[n] = default if PERTURB[n][1] else 1.0
+    return out
 
 
 def test_raw_path_reaches_the_physics():

@@ -44,9 +44,11 @@ def _canonical_entries(backend, env_sys):
         if problem:  # hopper's spring_mass_scale / spring_inertia_scale are 1; no contact pairs
             skip[name] = problem
             continue
-        if q.live is not None and not np.all(q.live(env_sys)):
+        live = np.asarray(q.live(env_sys)) if q.live is not None else np.ones(1, bool)
+        if not live.any() or (not q.skip_dead and not live.all()):
             # hopper loads no frictionloss and no position servos: tests/test_model_envs.py
-            # perturbs these on an MJCF that has them
+            # perturbs these on an MJCF that has them (friction, geom_size, stiffness: the
+            # live elements, here the floor and the foot, or the hinges)
             skip[name] = "hopper has no element that takes it"
             continue
         default = np.asarray(q.default(env_sys))

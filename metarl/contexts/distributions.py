@@ -106,12 +106,32 @@ class Distribution:
                 f"got {values!r}"
             )
         for name in self._numeric:
-            value = _as_float32(getattr(self, name))
-            if not np.all(np.isfinite(np.asarray(value))):
+            object.__setattr__(self, name, _as_float32(getattr(self, name)))
+        self.validate()
+
+    def validate(self, defaults_pin: bool = False) -> None:
+        """The construction checks (finite numbers, shapes that broadcast, the
+        distribution's own rules such as low <= high), on the current numbers.
+
+        Ranges that JAX rebuilds (``jax.tree.map`` over a space, as a curriculum
+        does) skip ``__init__``; `Binding.check_ranges` calls this so that they get
+        the same checks and messages. Traced numbers are skipped: they are
+        checked where they are concrete. `defaults_pin`: accept the NaN locations
+        of `pin_to_defaults` (only the spreads are checked then).
+        """
+        values = {f: getattr(self, f) for f in self._numeric}
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(list(values.values()))):
+            return
+        if defaults_pin and self.pinned_to_defaults():
+            values = {f: v for f, v in values.items() if f in _SPREADS}
+        for name, value in values.items():
+            value = np.asarray(value, np.float32)
+            if not np.all(np.isfinite(value)):
                 raise ValueError(f"{type(self).__name__}.{name} must be finite, got {value}")
-            object.__setattr__(self, name, value)
+        if len(values) < len(self._numeric):
+            return
         if not isinstance(self, Choice):
-            shapes = {f: np.shape(getattr(self, f)) for f in self._numeric}
+            shapes = {f: np.shape(v) for f, v in values.items()}
             try:
                 np.broadcast_shapes(*shapes.values())
             except ValueError:
@@ -120,6 +140,11 @@ class Distribution:
                     "give scalars or arrays of one shape (one value per element)"
                 ) from None
         self._check()
+
+    def pinned_to_defaults(self) -> bool:
+        """Whether this is `pin_to_defaults`'s form: every location parameter NaN."""
+        locations = [np.asarray(getattr(self, f)) for f in self._numeric if f not in _SPREADS]
+        return bool(locations) and all(x.size and np.all(np.isnan(x)) for x in locations)
 
     # -- to implement per distribution --
     def _check(self) -> None:

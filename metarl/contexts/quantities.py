@@ -9,8 +9,12 @@ stale:
 
 * mass: inertia tensors scale with the mass (a scaled body keeps its shape),
   `link.invweight`, `dof.invweight`, `body_invweight0` and `dof_invweight0` are
-  divided by the same ratio (exact for a single body, first-order for chains),
+  divided by the same ratio (exact for a single body without armature, first-order for chains),
   and `body_subtreemass` is recomputed exactly.
+* inertia: inertia tensors and the rotational inverse weights
+  (`body_invweight0[:, 1]`, and `dof_invweight0` / `dof.invweight` of hinge,
+  ball and the rotational half of free joints); translational dofs keep theirs
+  (MuJoCo's `mj_setConst` gives the same for a single body).
 * geom_size: `geom_rbound` and `geom_aabb` scale with the size, so broad-phase
   collision culling stays right. Masses are *not* recomputed from the new
   volume (MuJoCo does that only at compile time): vary `mass` as well if the
@@ -32,6 +36,7 @@ import dataclasses
 from collections.abc import Callable
 
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 from brax.base import System
 
@@ -52,11 +57,18 @@ class Quantity:
       absolute: whether absolute values make sense (False: only scale factors).
       backends: backends that simulate it; `unsupported_hint` says what to do elsewhere.
       requires: extra check (sys, backend) -> error message or None.
-      prepare: (sys, backend) -> sys, run once at bind time (switches, ...).
+      prepare: (sys, backend) -> sys, run once at bind time, before the default is read
+        (switches, aligning a copy only some backends read, ...).
       live: sys -> bool mask of the elements the physics reads at all (None: all).
-        MJX builds some constraint rows only where the loaded value is nonzero;
-        varying another element would be a silent no-op, so it is refused.
+        MJX builds some constraint rows only where the loaded value is nonzero,
+        a geom that collides with nothing has no contact to read its friction;
+        varying such an element would be a silent no-op, so naming it is refused.
       dead_hint: why an element is not live, for that error.
+      skip_dead: what an entry that names no elements means when some are not
+        live. True: the live ones (the others keep their values; refused only
+        when none is live), for quantities a dead element has no use for (the
+        friction of a geom that never touches anything). False: refused, for
+        quantities a user could expect every element to take (frictionloss).
     """
 
     units: str
@@ -72,6 +84,7 @@ class Quantity:
     prepare: Callable[[System, str], System] = lambda sys, backend: sys
     live: Callable[[System], np.ndarray] | None = None
     dead_hint: str = ""
+    skip_dead: bool = False
 
 
 def _f32(x) -> jnp.ndarray:
@@ -120,21 +133,42 @@ def _mass_apply(sys, m):
 
 
 def _scale_inertia(sys, ratio, translational):
-    """Scales inertia tensors by `ratio` per body, inverse weights by 1/ratio."""
+    """Scales inertia tensors by `ratio` per body, inverse weights by 1/ratio: the
+    rotational ones only, unless `translational` (the mass changes too)."""
     body = np.asarray(sys.dof_bodyid) - 1
+    dof_ratio = ratio[body]
+    if not translational:
+        dof_ratio = jnp.where(_rotational_dofs(sys), dof_ratio, 1.0)
     fields = {
         "body_inertia": sys.body_inertia.at[1:].multiply(ratio[:, None]),
         "body_invweight0": sys.body_invweight0.at[1:, 1].divide(ratio),
-        "dof_invweight0": sys.dof_invweight0 / ratio[body],
+        "dof_invweight0": sys.dof_invweight0 / dof_ratio,
     }
     if _brax(sys):
         fields["link.inertia.i"] = sys.link.inertia.i * ratio[:, None, None]
-        fields["dof.invweight"] = sys.dof.invweight / ratio[body]
+        fields["dof.invweight"] = sys.dof.invweight / dof_ratio
     if translational:
         if _brax(sys):
             fields["link.invweight"] = sys.link.invweight / ratio
         fields["body_invweight0"] = fields["body_invweight0"].at[1:, 0].divide(ratio)
     return sys.tree_replace(fields)
+
+
+_FREE, _BALL, _SLIDE, _HINGE = (
+    int(mujoco.mjtJoint.mjJNT_FREE),
+    int(mujoco.mjtJoint.mjJNT_BALL),
+    int(mujoco.mjtJoint.mjJNT_SLIDE),
+    int(mujoco.mjtJoint.mjJNT_HINGE),
+)
+
+
+def _rotational_dofs(sys) -> np.ndarray:
+    """Dofs that rotate a body: hinge and ball joints, dofs 3-5 of a free joint."""
+    joint = np.asarray(sys.dof_jntid)
+    kind = np.asarray(sys.jnt_type)[joint]
+    first = np.asarray(sys.jnt_dofadr)[joint]
+    rotates = (kind == _HINGE) | (kind == _BALL)
+    return rotates | ((kind == _FREE) & (np.arange(joint.shape[0]) - first >= 3))
 
 
 def _subtree_matrix(sys) -> np.ndarray:
@@ -180,6 +214,12 @@ def _dof_field(brax_path, mjx_field):
     return default, apply
 
 
+def _springy_joints(sys) -> np.ndarray:
+    """Hinge and slide joints: the only ones whose stiffness every backend reads alike."""
+    kind = np.asarray(sys.jnt_type)
+    return (kind == _HINGE) | (kind == _SLIDE)
+
+
 def _stiffness_apply(sys, v):
     fields = {"jnt_stiffness": v}
     if _brax(sys):
@@ -192,6 +232,64 @@ def _gain_apply(sys, v):
     if _brax(sys):
         fields["actuator.gear"] = v
     return sys.tree_replace(fields)
+
+
+# ---- which geoms a contact, a tendon or a sensor reads ----
+def _colliding(sys) -> np.ndarray:
+    """Geoms that can collide with a geom of another body by MuJoCo's rule
+    (contype_i & conaffinity_j) | (contype_j & conaffinity_i), which MJX's collision
+    driver applies for every backend (Brax's own pipelines call it). Parent-child
+    filtering and <exclude> are ignored, so a geom may be live that never touches."""
+    contype = np.asarray(sys.geom_contype)
+    conaffinity = np.asarray(sys.geom_conaffinity)
+    weld = np.asarray(sys.body_weldid)[np.asarray(sys.geom_bodyid)]
+    can = (contype[:, None] & conaffinity[None, :]) | (contype[None, :] & conaffinity[:, None])
+    return ((can != 0) & (weld[:, None] != weld[None, :])).any(axis=1)
+
+
+def _paired(sys) -> np.ndarray:
+    """Geoms in an explicit <contact><pair>."""
+    live = np.zeros(sys.ngeom, bool)
+    live[np.asarray(sys.pair_geom1)] = True
+    live[np.asarray(sys.pair_geom2)] = True
+    return live
+
+
+def _touching(sys) -> np.ndarray:
+    """Geoms in some contact: by contype/conaffinity or in an explicit pair (Brax
+    reads both geoms' elasticity for every contact, a pair's too)."""
+    return _colliding(sys) | _paired(sys)
+
+
+_WRAP_GEOMS = (int(mujoco.mjtWrap.mjWRAP_SPHERE), int(mujoco.mjtWrap.mjWRAP_CYLINDER))
+_RANGEFINDER = int(mujoco.mjtSensor.mjSENS_RANGEFINDER)
+
+
+def _sized(sys) -> np.ndarray:
+    """Geoms whose size the simulation reads: in a contact, wrapped by a spatial
+    tendon, or any geom when a rangefinder casts rays."""
+    if np.any(np.asarray(sys.sensor_type) == _RANGEFINDER):
+        return np.ones(sys.ngeom, bool)
+    live = _touching(sys)
+    wraps = np.isin(np.asarray(sys.wrap_type), _WRAP_GEOMS)
+    live[np.asarray(sys.wrap_objid)[wraps]] = True
+    return live
+
+
+_NO_CONTACT = (
+    "it can collide with no geom of another body by MuJoCo's contype/conaffinity rule "
+    "((contype_i & conaffinity_j) or (contype_j & conaffinity_i))"
+)
+
+
+def _gear_read_by(sys, backend):
+    """Aligns the MuJoCo copy `actuator_gear` with the Brax copy `actuator.gear` on the
+    backends that read the Brax copy (all but mjx): Brax's env constructors overwrite
+    only that copy on positional and spring (reacher's gear becomes 25, not 200), so
+    the default is the gear that backend simulates and the two copies agree."""
+    if not _brax(sys) or backend == "mjx":
+        return sys
+    return sys.tree_replace({"actuator_gear": sys.actuator_gear.at[:, 0].set(sys.actuator.gear)})
 
 
 def _geom_size_apply(sys, s):
@@ -271,6 +369,17 @@ def _pairs_check(sys, backend):
     return None
 
 
+def _pair_friction_apply(sys, v):
+    """Both tangential coefficients: MuJoCo reads pair_friction[:, 0] and [:, 1] for the
+    contact frame's two tangent directions, so writing one alone would make sliding
+    direction-dependent. The second follows the first in its loaded proportion
+    (equal for an isotropic pair)."""
+    f0, f1 = sys.pair_friction[:, 0], sys.pair_friction[:, 1]
+    second = jnp.where(f0 > 0, f1 * (v / jnp.where(f0 > 0, f0, 1.0)), v)
+    friction = sys.pair_friction.at[:, 0].set(v).at[:, 1].set(second)
+    return sys.tree_replace({"pair_friction": friction})
+
+
 _damping = _dof_field("dof.damping", "dof_damping")
 _armature = _dof_field("dof.armature", "dof_armature")
 _viscosity = _fluid_field("viscosity")
@@ -300,6 +409,10 @@ QUANTITIES: dict[str, Quantity] = {
         elements="geoms",
         default=lambda sys: _f32(sys.geom_friction[:, 0]),
         apply=lambda sys, v: sys.tree_replace({"geom_friction": sys.geom_friction.at[:, 0].set(v)}),
+        live=_colliding,
+        dead_hint=f"{_NO_CONTACT}, so no contact reads its friction (a contact of an explicit "
+        "<contact><pair> takes its friction from the pair: vary 'pair_friction' on mjx)",
+        skip_dead=True,
     ),
     "damping": Quantity(
         units="N m s/rad",
@@ -324,6 +437,11 @@ QUANTITIES: dict[str, Quantity] = {
         apply=_stiffness_apply,
         backends=_JOINT_BACKENDS,
         unsupported_hint=_JOINT_HINT.format(name="stiffness"),
+        live=_springy_joints,
+        dead_hint="it is a free or ball joint: MJX pulls such a joint back to its initial pose "
+        "while Brax's generalized backend ignores its stiffness, so only hinge and slide joints "
+        "take it",
+        skip_dead=True,
     ),
     "actuator_gain": Quantity(
         units="gear",
@@ -331,6 +449,7 @@ QUANTITIES: dict[str, Quantity] = {
         default=lambda sys: _f32(sys.actuator_gear[:, 0]),
         apply=_gain_apply,
         lower=None,
+        prepare=_gear_read_by,
     ),
     "geom_size": Quantity(
         units="x default",
@@ -339,6 +458,10 @@ QUANTITIES: dict[str, Quantity] = {
         apply=_geom_size_apply,
         strict=True,
         absolute=False,
+        live=_sized,
+        dead_hint=f"{_NO_CONTACT}, is in no explicit <contact><pair>, wraps no tendon and no "
+        "rangefinder sees it, so nothing in the simulation reads its size",
+        skip_dead=True,
     ),
     "viscosity": Quantity(
         units="Pa s",
@@ -408,7 +531,7 @@ QUANTITIES: dict[str, Quantity] = {
         units="coefficient",
         elements="pairs",
         default=lambda sys: _f32(sys.pair_friction[:, 0]),
-        apply=lambda sys, v: sys.tree_replace({"pair_friction": sys.pair_friction.at[:, 0].set(v)}),
+        apply=_pair_friction_apply,
         backends=_MJX,
         unsupported_hint=_MJX_HINT,
         requires=_pairs_check,
@@ -420,5 +543,9 @@ QUANTITIES: dict[str, Quantity] = {
         apply=lambda sys, v: sys.tree_replace({"elasticity": v}),
         backends=frozenset({"positional", "spring"}),
         unsupported_hint="only the positional and spring backends model restitution.",
+        live=_touching,
+        dead_hint=f"{_NO_CONTACT} and is in no explicit <contact><pair>, so no contact reads "
+        "its restitution",
+        skip_dead=True,
     ),
 }

@@ -443,13 +443,16 @@ _SPRING_SCALED = {
 }
 
 
-_Resolved = tuple[Quantity | paths.RawPath | TaskParam, np.ndarray, np.ndarray | None]
+# (target, default values, selected element indices or None, the model prepared for it)
+_Resolved = tuple[Quantity | paths.RawPath | TaskParam, np.ndarray, np.ndarray | None, System]
 
 
 def _resolve(
     name: str, sys: System, backend: str, task: Mapping[str, Any], stale: Mapping[str, str]
 ) -> _Resolved:
-    """(target, default values, selected element indices or None) for one name."""
+    """(target, default values, selected element indices or None, prepared model) for one
+    name. A canonical name without elements covers the live ones where the quantity
+    skips dead elements (`Quantity.skip_dead`)."""
     base, selector = element_names.split(name)
     if base in stale:
         raise ValueError(f"context {name!r} is refused for this env: {stale[base]}")
@@ -463,7 +466,7 @@ def _resolve(
         problem = q.requires(sys, backend)
         if problem:
             raise ValueError(problem)
-        default = np.asarray(q.default(sys), np.float32)
+        sys = q.prepare(sys, backend)
         select = None
         if selector is not None:
             if not q.elements:
@@ -471,11 +474,11 @@ def _resolve(
                     f"context {name!r}: {base!r} is a single value, it has no elements to choose"
                 )
             select = element_names.select(sys, q.elements, selector, name)
-            default = default[select]
-        _check_live(name, q, sys, select)
-        return q, default, select
+        select = _live_selection(name, q, sys, select)
+        default = np.asarray(q.default(sys), np.float32)
+        return q, default if select is None else default[select], select, sys
     if name in task:
-        return TaskParam(name), np.asarray(task[name], np.float32), None
+        return TaskParam(name), np.asarray(task[name], np.float32), None, sys
     try:
         raw = paths.parse(name)
     except ValueError as e:
@@ -495,27 +498,37 @@ def _resolve(
         if problem:
             raise ValueError(f"raw path {name!r}: {problem}")
     try:
-        return raw, paths.resolve(raw, sys), None
+        return raw, paths.resolve(raw, sys), None, sys
     except ValueError as e:
         if not hasattr(sys, raw.field.split(".")[0]):
             raise _unknown(name, str(e), task) from None
         raise
 
 
-def _check_live(name: str, q: Quantity, sys: System, select: np.ndarray | None) -> None:
-    """Refuses elements the physics never reads (a silent no-op otherwise)."""
+def _live_selection(
+    name: str, q: Quantity, sys: System, select: np.ndarray | None
+) -> np.ndarray | None:
+    """The elements entry `name` writes: `select`, or for an entry that names none
+    and a quantity that skips dead elements, the live ones (None: all elements).
+    Refuses elements the physics never reads (a silent no-op otherwise): a named
+    dead element, an entry without live elements, and an entry without names over
+    dead elements of a quantity that does not skip them."""
     if q.live is None:
-        return
+        return select
     live = np.asarray(q.live(sys), bool)
+    if select is None and q.skip_dead and live.any():
+        return None if live.all() else np.flatnonzero(live).astype(np.int32)
     chosen = np.arange(live.shape[0]) if select is None else select
     dead = [int(i) for i in chosen if not live[i]]
     if not dead:
-        return
+        return select
     labels = element_names.element_names(sys, q.elements)
     shown = [labels[i] or f"index {i}" for i in dead]
     usable = [labels[i] or str(i) for i in np.flatnonzero(live)]
+    base = element_names.split(name)[0]
     hint = (
-        f"choose the others by name: '{element_names.split(name)[0]}[{', '.join(usable)}]'"
+        f"choose the others by name: '{base}[{', '.join(usable)}]'"
+        + (f" (or '{base}' alone, which varies them all)" if q.skip_dead else "")
         if usable
         else "no element of this model can take it"
     )
@@ -525,7 +538,12 @@ def _check_live(name: str, q: Quantity, sys: System, select: np.ndarray | None) 
 
 
 def _check_values(e: _Entry, dist: Distribution) -> None:
-    """Shapes fit the field; values stay physical."""
+    """The distribution's own rules (as at construction: ranges rebuilt by JAX skip
+    it), shapes that fit the field, values that stay physical."""
+    try:  # NaN locations only where they mean "each element's own default"
+        dist.validate(defaults_pin=e.mixed_default)
+    except ValueError as err:
+        raise ValueError(f"context {e.name!r}: {err}") from None
     for field, value in dist.numbers().items():
         if isinstance(dist, Choice):
             continue  # values/probs are lists over choices, not over elements
@@ -666,9 +684,8 @@ def bind(
             raise ValueError(f"expected a ContextSpace, got {type(space).__name__}")
     entries = []
     for name, dist in space.items():
-        target, default, select = _resolve(name, sys, backend, task, stale)
+        target, default, select, sys = _resolve(name, sys, backend, task, stale)
         if isinstance(target, Quantity):
-            sys = target.prepare(sys, backend)
             if not dist.relative and not target.absolute:
                 raise ValueError(
                     f"context {name!r} only takes scale factors of the default: pass "
