@@ -32,6 +32,7 @@ import dataclasses
 import math
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -210,7 +211,15 @@ class RunLogger:
         self.logdir = os.fspath(logdir)
         self.context_names = tuple(context_names)
         self.units = dict(units or {})
-        self._writer = SummaryWriter(logdir=self.logdir, purge_step=purge_step)
+        # tensorboardX names a file by the second it opens (events.out.tfevents.<s>.<host>)
+        # and truncates a file of that name: a resumed run opening within the same second
+        # would erase the run's earlier events. The suffix makes the name unique and keeps
+        # files of one second in the order they were opened, which is the order TensorBoard
+        # reads them (so the resumed file's purge marker comes after the events it hides).
+        suffix = f".{time.time_ns():020d}.{os.getpid()}"
+        self._writer = SummaryWriter(
+            logdir=self.logdir, purge_step=purge_step, filename_suffix=suffix
+        )
         self._last_step = 0
         self._writer.add_custom_scalars(self.layout())
 

@@ -220,3 +220,17 @@ def test_flatten_hparams():
     assert flat == {"a.b": 0.5, "a.c": "[0 1]", "d.lr": 3e-4, "d.hidden": "(64, 64)"}
     with pytest.raises(TypeError):
         L.flatten_hparams([1, 2])
+
+
+def test_a_logger_opened_in_the_same_second_keeps_the_earlier_file(tmp_path):
+    """A resumed run may open its logger within the second the last one opened (a
+    short run, a quick restart): both files stay, read in the order they were written,
+    and the resumed file's purge marker hides only what the first left past it."""
+    with L.RunLogger(tmp_path, ["gravity"]) as first:
+        first.log_train(1, {"episode_return": 1.0})
+        first.log_train(2, {"episode_return": 2.0})
+        first.log_train(3, {"episode_return": 3.0})  # as if killed before its checkpoint
+    with L.RunLogger(tmp_path, ["gravity"], purge_step=3) as resumed:
+        resumed.log_train(3, {"episode_return": 30.0})
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 2
+    assert L.read_scalars(tmp_path)["train/return"] == [(1, 1.0), (2, 2.0), (3, 30.0)]
