@@ -59,6 +59,18 @@ def _intervals(space: ContextSpace) -> dict[str, tuple[float, float]]:
     return {n: (float(np.min(lo)), float(np.max(hi))) for n, (lo, hi) in space.intervals().items()}
 
 
+def _element_bounds(space: ContextSpace) -> dict[str, tuple[Any, Any]]:
+    """Each name's training interval: two floats when its elements share one interval,
+    else the per-element (low, high) arrays, so that every element's value is placed
+    against its own interval (the union of unequal intervals is none of them)."""
+    out = {}
+    for name, (lo, hi) in space.intervals().items():
+        lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+        shared = lo.size == 1 or (np.ptp(lo) == 0 and np.ptp(hi) == 0)
+        out[name] = (float(np.min(lo)), float(np.max(hi))) if shared else (lo, hi)
+    return out
+
+
 def in_distribution(space: ContextSpace, num: int, seed: int = 0) -> ContextSet:
     """`num` contexts drawn from the training ranges themselves."""
     keys = jax.random.split(jax.random.key(seed), len(space))
@@ -86,9 +98,10 @@ def interpolation(space: ContextSpace, num: int, seed: int = 1) -> ContextSet:
                 )
             mids = (support[1:] + support[:-1]) / 2
             values[name] = rng.choice(mids, num).astype(np.float32)
-        else:
-            lo, hi = _intervals(ContextSpace({name: dist}))[name]
-            values[name] = rng.uniform(lo, hi, num).astype(np.float32)
+        else:  # one draw per context; per-element intervals take it at their own scale
+            lo, hi = _element_bounds(ContextSpace({name: dist}))[name]
+            u = rng.uniform(0.0, 1.0, num).reshape((num,) + (1,) * np.ndim(lo))
+            values[name] = (lo + u * (hi - lo)).astype(np.float32)
     return ContextSet("interpolation", values)
 
 
@@ -102,7 +115,8 @@ def extrapolation(
 ) -> ContextSet:
     """`num` contexts with every dimension outside its training interval.
 
-    Values lie within `factor` x the interval about its centre; a side that
+    Values lie within `factor` x the interval about its centre (per element, for
+    per-element intervals that differ); a side that
     would be non-physical for the quantity (mass <= 0, ...) is not used.
     `side`: "both" (each dimension picks a side at random; split name
     ``extrapolation``), "low" or "high" (every dimension below / above its
@@ -114,22 +128,27 @@ def extrapolation(
         raise ValueError(f"extrapolation: side must be one of {SIDES}, got {side!r}")
     rng = np.random.default_rng(seed)
     values = {}
-    for name, (lo, hi) in _intervals(space).items():
-        centre, half = (lo + hi) / 2, max((hi - lo) / 2, 1e-3 * max(1.0, abs(lo + hi) / 2))
+    for name, (lo, hi) in _element_bounds(space).items():
+        centre = (lo + hi) / 2
+        half = np.maximum((hi - lo) / 2, 1e-3 * np.maximum(1.0, np.abs(lo + hi) / 2))
         outer_lo, outer_hi = centre - factor * half, centre + factor * half
         lower = env.binding.lower_limit(name)
         if lower is not None:
-            outer_lo = max(outer_lo, lower + 1e-3 * half)
+            outer_lo = np.maximum(outer_lo, lower + 1e-3 * half)
         sides = {"low": (outer_lo, lo), "high": (hi, outer_hi)}
         chosen = list(sides) if side == "both" else [side]
-        usable = [sides[k] for k in chosen if sides[k][1] > sides[k][0]]
+        usable = [sides[k] for k in chosen if np.all(sides[k][1] > sides[k][0])]
         if not usable:
             raise ValueError(
                 f"extrapolation: no valid values {'outside' if side == 'both' else side + ' of'} "
                 f"the training range of {name!r}"
             )
         pick = rng.integers(0, len(usable), num)
-        values[name] = np.asarray([rng.uniform(*usable[i]) for i in pick], np.float32)
+        # one draw per context, each element in its own interval's side
+        values[name] = np.asarray(
+            [usable[i][0] + rng.uniform(0.0, 1.0) * (usable[i][1] - usable[i][0]) for i in pick],
+            np.float32,
+        )
     return ContextSet("extrapolation" if side == "both" else f"extrapolation_{side}", values)
 
 

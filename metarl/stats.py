@@ -10,8 +10,10 @@ bootstrap confidence interval, next to the plain mean.
 Scores are ``[num_seeds]`` or ``[num_seeds, num_tasks]``: tasks (here: evaluation
 contexts or environments) are the strata, and each bootstrap resample draws seeds with
 replacement within each task. The IQM is the mean of the middle 50% of all scores, with
-fractional weights at the quartiles when the count is not a multiple of 4 (the
-convention of rliable, equal to ``scipy.stats.trim_mean(x, 0.25)`` for multiples of 4).
+fractional weights at the quartiles when the count is not a multiple of 4 (the usual
+definition of the interquartile mean). rliable's ``aggregate_iqm``,
+``scipy.stats.trim_mean(x, 0.25)``, trims whole scores instead: the two agree when the
+count is a multiple of 4 and differ otherwise (3 seeds [0, 0, 90]: 15 here, 30 there).
 The CI is the percentile interval of the bootstrap distribution of the IQM.
 
 To say whether A beats B, `difference` gives the difference of their mean scores

@@ -375,7 +375,7 @@ class Binding:
         in the quantity's units or as a scale factor; None where any value is valid."""
         for e in self.entries:
             if e.name == name:
-                return e.target.lower if isinstance(e.target, Quantity) else None
+                return _limit(e.target)[0]
         raise ValueError(f"lower_limit: unknown context {name!r}; valid: {list(self.space)}")
 
     @property
@@ -558,13 +558,7 @@ def _check_values(e: _Entry, dist: Distribution) -> None:
                 f"does not fit the field (element shape {e.shape}); expected {what}"
                 + ("" if dist.per_element else "; pass per_element=True for per-element values")
             )
-    if isinstance(e.target, TaskParam):
-        return  # the env's own task: any value its reset and step accept
-    if isinstance(e.target, Quantity):
-        lower, strict, units = e.target.lower, e.target.strict, e.target.units
-    else:
-        lower, strict = RAW_LIMITS.get(e.target.field, (None, False))
-        units = "System units"
+    lower, strict, units = _limit(e.target)
     if lower is None:
         return
     low, _ = dist.support()
@@ -582,6 +576,17 @@ def _check_values(e: _Entry, dist: Distribution) -> None:
 
 # Physical limits of raw System fields: (lower bound, strict). Same limits as the
 # canonical quantities that write these fields.
+def _limit(target: Quantity | paths.RawPath | TaskParam) -> tuple[float | None, bool, str]:
+    """(lower limit or None, whether it is exclusive, units) of a context's target: a
+    quantity's own, `RAW_LIMITS` for a raw path, none for a task parameter (the env's
+    reset and step take any value)."""
+    if isinstance(target, Quantity):
+        return target.lower, target.strict, target.units
+    if isinstance(target, paths.RawPath):
+        return (*RAW_LIMITS.get(target.field, (None, False)), "System units")
+    return None, False, ""
+
+
 RAW_LIMITS = {
     **dict.fromkeys(
         ("link.inertia.mass", "body_mass", "opt.timestep", "geom_size", "geom_rbound"), (0.0, True)
