@@ -18,7 +18,8 @@ scripts provide are "episode_return" (float, mean return of the training
 episodes completed in the segment), "eval_return" (float, mean evaluation
 return on the current ranges), "env_return_sum" and "env_episodes" (arrays
 [num_envs]: per-env sum of returns and number of episodes completed in the
-segment). A missing key raises a KeyError naming it. Keys each curriculum reads:
+segment whose trial drew its context from the segment's ranges, not from the ranges
+before it). A missing key raises a KeyError naming it. Keys each curriculum reads:
 
 * `LinearWidening`, `GeometricWidening`: none;
 * `PerformanceGated`: its `metric` ("eval_return" or "episode_return");

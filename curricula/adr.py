@@ -77,8 +77,11 @@ def ADR(  # noqa: N802
 
     A boundary moves at most once per update: once it has moved, the rest of that
     segment's entries for it (measured at the old value) are dropped. Envs with no
-    completed episode in the segment contribute nothing. Per-element parameters
-    move together: each element by `delta` times its own target width.
+    completed episode in the segment contribute nothing, and neither does an episode
+    whose trial started before the segment (it ran in a context drawn under the earlier
+    assignment: `TrialInfo.current_ranges`); a segment should last a few episodes.
+    Per-element parameters move together: each element by `delta` times its own
+    target width.
 
     Args:
       start: the starting ranges, as a fraction of the target around the defaults

@@ -155,6 +155,28 @@ def test_set_ranges_reaches_the_next_trial():
         env.set_ranges(state, C.ContextSpace({"mass": C.Scale(0.5, 1.0)}))
 
 
+def test_set_ranges_marks_the_running_trials_of_changed_envs_until_their_next_trial():
+    """An env whose ranges change keeps its running trial's context, which the new
+    ranges did not draw: current_ranges is 0 until its next trial starts (ADR must not
+    credit such an episode to the new ranges); an env with unchanged ranges keeps 1."""
+    space = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)})
+    env = make_contextual("inverted_pendulum", space, episode_length=3, episodes_per_trial=2)
+    state = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.key(0), 4))
+    assert np.all(np.asarray(state.info[TRIAL].current_ranges) == 1)
+    rows = C.ContextSpace(
+        {"gravity": C.Uniform(np.array([5.0, 30, 5, 5]), np.array([15.0, 31, 15, 15]))}
+    )
+    state = jax.jit(env.set_ranges)(state, rows)  # per-env rows, as PPO passes them
+    step = jax.jit(jax.vmap(env.step))
+    flags = [np.asarray(state.info[TRIAL].current_ranges)]
+    for _ in range(6):  # two episodes of 3 steps: one trial
+        state = step(state, jnp.zeros((4, 1)))
+        flags.append(np.asarray(state.info[TRIAL].current_ranges))
+    np.testing.assert_array_equal(np.stack(flags)[:, 1], [0, 0, 0, 0, 0, 0, 1])
+    assert np.all(np.stack(flags)[:, [0, 2, 3]] == 1)
+    assert float(state.info[CONTEXT]["gravity"][1]) >= 30.0  # the new trial drew from them
+
+
 def test_privileged_observation_is_a_dict():
     env = make_contextual("inverted_pendulum", PENDULUM_SPACE, visible_context="privileged")
     state = env.reset(jax.random.key(0))

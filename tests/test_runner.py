@@ -209,6 +209,27 @@ def test_rerunning_a_finished_run_logs_nothing_new(exp, compiled, tmp_path):
     assert read_scalars(logdir) == before  # every tag once per step, the hparams too
 
 
+def test_per_env_sums_credit_only_episodes_drawn_from_the_current_ranges(compiled):
+    """ADR credits run_train's per-env sums to the boundary each env is assigned now:
+    an episode begun under the ranges before run_train's `context` is not counted."""
+    space = compiled.space
+    k_train, k_env = ppo.split_keys(ppo.seed_keys(3), 2)
+    ts, es = ppo.init_training_state(space, k_train), ppo.init_env_state(space, k_env)
+    steps = 20 * CONFIG.batch_size  # 160 steps per env: every episode of 50 ends in it
+    ts, es, kept = ppo.run_train(space, ts, es, steps)  # no new ranges: every episode counts
+    assert kept["env_episodes"].sum() == kept["episodes"] > CONFIG.num_envs
+    np.testing.assert_allclose(
+        kept["env_return_sum"].sum(), kept["episode_return"] * kept["episodes"], rtol=1e-5
+    )
+    ts, es, same = ppo.run_train(space, ts, es, steps, context=TARGET)  # unchanged: counts
+    assert same["env_episodes"].sum() == same["episodes"]
+    moved = TARGET.scaled(0.5)
+    ts, es, new = ppo.run_train(space, ts, es, steps, context=moved)
+    # each env's episode running at the change ends in the segment, uncredited
+    assert new["episodes"] - new["env_episodes"].sum() == CONFIG.num_envs
+    assert np.all(new["env_episodes"] >= 1)
+
+
 def test_per_env_ranges_are_logged_as_their_envelope(tmp_path):
     rows = [C.ContextSpace({"gravity": C.Uniform(lo, hi)}) for lo, hi in ((8, 10), (5, 9), (9, 12))]
     per_env = C.PerEnv(jax.tree.map(lambda *x: np.stack(x), *rows))  # ADR's kind of ranges

@@ -53,6 +53,11 @@ class TrialInfo:
     new_episode: jax.Array  # float32[]: 1 where `obs` is the first of an episode
     new_trial: jax.Array  # float32[]: 1 where `obs` is the first of a trial
     final_obs: Any  # observation the finished episode ended on (== obs where not done)
+    # float32[]: 1 where the running trial's context was drawn from `ranges` as they are
+    # now; 0 after `set_ranges` changed this env's ranges, until its next trial starts
+    # (an episode then still runs in a context of the earlier ranges: ADR must not
+    # credit it to the new ones)
+    current_ranges: jax.Array
 
 
 @struct.dataclass
@@ -159,6 +164,7 @@ class ContextualEnv(Env):
             new_episode=jnp.ones((), jnp.float32),
             new_trial=jnp.ones((), jnp.float32),
             final_obs=obs,
+            current_ranges=jnp.ones((), jnp.float32),
         )
         info = {**first.info, CONTEXT: context, TRIAL: trial}
         if self.reset_strategy == "pool":  # empty: filled when an env first finishes
@@ -226,6 +232,7 @@ class ContextualEnv(Env):
             new_episode=done,
             new_trial=trial_over.astype(jnp.float32),
             final_obs=final_obs,
+            current_ranges=jnp.where(trial_over, 1.0, trial.current_ranges),
         )
         info = {**nstate.info, CONTEXT: context, TRIAL: trial, **info}
         return _strong(
@@ -238,7 +245,9 @@ class ContextualEnv(Env):
         """Replaces the ranges new contexts are drawn from, for every env in `state`.
 
         Validated when `ranges` holds concrete numbers; no recompilation when a
-        jitted function receives the result.
+        jitted function receives the result. A trial already running keeps its
+        context: an env whose ranges changed has ``TrialInfo.current_ranges`` 0
+        until its next trial starts.
         """
         if all(not isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(ranges)):
             ranges = self.binding.check_ranges(ranges)
@@ -248,7 +257,17 @@ class ContextualEnv(Env):
             trial.ranges,
             ranges,
         )
-        info = {**state.info, TRIAL: trial.replace(ranges=new)}
+        batch = trial.current_ranges.shape  # () for one env, [B] (or [S, B]) batched
+
+        def same(old, x):  # per env: every number unchanged (NaN pins included)
+            equal = (old == x) | (jnp.isnan(old) & jnp.isnan(x))
+            return jnp.all(equal.reshape(batch + (-1,)), -1)
+
+        unchanged = jnp.stack(
+            [jnp.ones(batch, bool)] + jax.tree.leaves(jax.tree.map(same, trial.ranges, new))
+        ).all(0)
+        current = jnp.where(unchanged, trial.current_ranges, 0.0)
+        info = {**state.info, TRIAL: trial.replace(ranges=new, current_ranges=current)}
         if POOL in info:  # its entries were drawn from the old ranges
             info[POOL] = info[POOL].replace(ready=jnp.zeros_like(info[POOL].ready))
         return state.replace(info=info)

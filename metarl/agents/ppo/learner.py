@@ -46,7 +46,8 @@ class IterationStats(struct.PyTreeNode):
 
     totals: dict  # episodes, return_sum, length_sum, nonfinite_episodes: scalars
     losses: dict  # the PPO terms of `losses.ppo_losses`, means over minibatches
-    per_env: dict  # env_return_sum, env_episodes: [num_envs]
+    per_env: dict  # env_return_sum, env_episodes: [num_envs], episodes whose trial drew
+    # its context from the current ranges (an episode begun before set_ranges is not)
 
 
 class Batch(struct.PyTreeNode):
@@ -235,6 +236,7 @@ def iteration(env, agent, config, optimizer, ts: TrainingState, es: EnvState):
     )
     es = es.replace(carry=es.carry.replace(value=batch.value_core))
     done = data.done
+    credited = done * data.current_ranges  # episodes played under the current ranges
     stats = IterationStats(
         totals={
             "episodes": done.sum(),
@@ -243,9 +245,9 @@ def iteration(env, agent, config, optimizer, ts: TrainingState, es: EnvState):
             "nonfinite_episodes": data.nonfinite.sum(),
         },
         losses=terms,
-        per_env={
-            "env_return_sum": (done * data.episode_return).sum(0),
-            "env_episodes": done.sum(0),
+        per_env={  # for per-env curricula (ADR): only what the current ranges produced
+            "env_return_sum": (credited * data.episode_return).sum(0),
+            "env_episodes": credited.sum(0),
         },
     )
     return ts, es, stats

@@ -36,6 +36,8 @@ class Transition(struct.PyTreeNode):
     episode_return: jax.Array
     episode_length: jax.Array
     nonfinite: jax.Array
+    current_ranges: jax.Array  # 1 where the episode's trial drew its context from the
+    # ranges the segment trains on (TrialInfo.current_ranges before the step)
 
 
 def unroll(env, agent, config, params, normalizer, es: EnvState):
@@ -73,6 +75,7 @@ def unroll(env, agent, config, params, normalizer, es: EnvState):
             episode_return=trial.episode_return,
             episode_length=trial.steps,
             nonfinite=trial.nonfinite,
+            current_ranges=state.info[TRIAL].current_ranges,
         )
         return es.replace(env=nxt, carry=next_carry, key=keys), transition
 

@@ -279,7 +279,8 @@ def run_train(
       (training_state, env_state, metrics). Metrics: episode_return,
       episode_length (means over episodes completed in the segment; NaN if
       none), episodes, nonfinite_episodes, env_return_sum / env_episodes
-      ([num_envs] per-env sums, for ADR), the mean PPO terms (policy_loss,
+      ([num_envs] per-env sums, for ADR, over the episodes whose trial drew its
+      context from this segment's ranges), the mean PPO terms (policy_loss,
       value_loss, entropy, approx_kl, clip_fraction), env_steps (total so
       far), segment_env_steps and env_steps_per_sec (of the whole compiled
       program: all seeds together). With a seed axis,
