@@ -45,8 +45,7 @@ def LinearWidening(start: float, segments: int) -> Curriculum:  # noqa: N802
     who = "LinearWidening"
     start = check_start(start, who)
     segments = check_count(segments, "segments", who)
-    params = {"name": who, "start": start, "segments": segments}
-    return _widening(who, lambda k: start + (1.0 - start) * k / segments, params)
+    return _widening(who, start, segments, lambda k: start + (1.0 - start) * k / segments)
 
 
 def GeometricWidening(start: float, segments: int) -> Curriculum:  # noqa: N802
@@ -61,13 +60,12 @@ def GeometricWidening(start: float, segments: int) -> Curriculum:  # noqa: N802
     who = "GeometricWidening"
     start = check_start(start, who)
     segments = check_count(segments, "segments", who)
-    params = {"name": who, "start": start, "segments": segments}
-    return _widening(who, lambda k: start * (1.0 / start) ** (k / segments), params)
+    return _widening(who, start, segments, lambda k: start * (1.0 / start) ** (k / segments))
 
 
-def _widening(who: str, schedule: Callable[[int], float], params: dict) -> Curriculum:
-    segments = params["segments"]
-
+def _widening(
+    who: str, start: float, segments: int, schedule: Callable[[int], float]
+) -> Curriculum:
     def fraction(k: int) -> np.ndarray:
         return np.asarray(1.0 if k >= segments else schedule(k), np.float32)
 
@@ -98,4 +96,5 @@ def _widening(who: str, schedule: Callable[[int], float], params: dict) -> Curri
         check_state(state, WideningState, f"{who}.ranges")
         return scaled(state.target, float(state.fraction), state.defaults)
 
+    params = {"name": who, "start": start, "segments": segments}
     return Curriculum(init=init, update=update, ranges=ranges, params=params)
