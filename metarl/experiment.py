@@ -23,7 +23,7 @@ goes through four stages, each a method of `Run`:
 With ``num_seeds`` N > 1 the N seeds ``seed, seed+1, ...`` train in one
 compiled program; each keeps its own curriculum state and TensorBoard run
 (``<logdir>/seed_<s>``), and ``<logdir>/aggregate`` holds the mean, IQM and
-95% stratified-bootstrap CI over seeds of every eval return (`metarl.stats`).
+95% bootstrap CI over seeds of every eval return, one score per seed (`metarl.stats`).
 """
 
 from __future__ import annotations
@@ -572,9 +572,10 @@ class Run:
         summaries = [E.summarize(r["held"]) for r in results]
         scalars = {}
         for name in summaries[0]:
+            # One score per seed (its mean over the contexts), as in the printed table:
+            # every context is scored by the same policy of a seed, so the contexts are
+            # not independent strata (see metarl.stats).
             scores = np.asarray([s[name] for s in summaries])
-            if name in results[0]["held"]:  # [seeds, contexts]: contexts are the strata
-                scores = np.stack([r["held"][name].mean for r in results])
             tag = "eval/generalization_gap" if name.endswith("gap") else f"eval/{name}/return"
             if name == "interpolation_gap":
                 tag = "eval/interpolation_gap"

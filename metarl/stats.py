@@ -7,14 +7,24 @@ bootstrap confidence interval, next to the plain mean.
     d = difference(returns_a, returns_b)  # A vs B, seeds of each: [n_a], [n_b]
     print(format_difference(d))           # "+33 [-60, 121]"
 
-Scores are ``[num_seeds]`` or ``[num_seeds, num_tasks]``: tasks (here: evaluation
-contexts or environments) are the strata, and each bootstrap resample draws seeds with
-replacement within each task. The IQM is the mean of the middle 50% of all scores, with
+Scores are ``[num_seeds]`` or ``[num_seeds, num_tasks]``. With tasks, each bootstrap
+resample draws seeds with replacement within each task (the tasks are the strata), as
+rliable does: that is right only when every task's runs are independent of the other
+tasks' (each task trained separately). Held-out contexts scored by one trained policy
+per seed are not: a seed that is good in one context is good in all of them, and
+resampling each context on its own averages that seed effect away (a simulation with
+seed sd 60 and noise sd 10 over 8 contexts: 51% coverage for a nominal 95% at 5 seeds).
+For them pass each seed's mean over the contexts, ``[num_seeds]``, as metarl's
+experiments do. The IQM is the mean of the middle 50% of all scores, with
 fractional weights at the quartiles when the count is not a multiple of 4 (the usual
 definition of the interquartile mean). rliable's ``aggregate_iqm``,
 ``scipy.stats.trim_mean(x, 0.25)``, trims whole scores instead: the two agree when the
 count is a multiple of 4 and differ otherwise (3 seeds [0, 0, 90]: 15 here, 30 there).
-The CI is the percentile interval of the bootstrap distribution of the IQM.
+The CI is the percentile interval of the bootstrap distribution of the IQM. At the
+seed counts RL affords it covers less than its nominal level: over 400 simulated
+experiments each, a nominal 95% covered the true IQM 91% (normal scores) and 89%
+(exponential) of the time at 5 seeds, 93% and 96% at 10, and `difference`'s interval
+86% at 5 vs 5 seeds, 93% at 10 vs 10. Read a 95% CI from 5 seeds as roughly a 90% one.
 
 To say whether A beats B, `difference` gives the difference of their mean scores
 with a 95% bootstrap CI, resampling the seeds of A and of B independently (two
@@ -39,7 +49,8 @@ class Summary:
     iqm: float
     ci_low: float
     ci_high: float
-    n: int
+    n: int  # the finite seeds the summary is over
+    dropped: int = 0  # seeds left out for a non-finite score (a diverged run)
 
 
 def iqm(scores) -> float:
@@ -71,34 +82,40 @@ def _percentile_interval(boots: np.ndarray, confidence: float) -> tuple[float, f
 def summarize(scores, *, reps: int = 2000, confidence: float = 0.95, seed: int = 0) -> Summary:
     """Mean, IQM and a `confidence` stratified-bootstrap CI of the IQM over seeds.
 
-    Seeds with a non-finite score (a diverged run) are dropped. With one seed the CI
-    is the value itself (nothing to resample). Deterministic for a given `seed`.
+    Seeds with a non-finite score (a diverged run) are dropped and counted in
+    `Summary.dropped` (`format_iqm` shows it). With one seed the CI is the value
+    itself (nothing to resample). Deterministic for a given `seed`.
     """
     x = np.asarray(scores, np.float64)
     if x.ndim not in (1, 2):
         raise ValueError(f"scores must be [num_seeds] or [num_seeds, num_tasks], got {x.shape}")
     _check_confidence(confidence)
     x = x.reshape(x.shape[0], -1)
-    x = x[np.isfinite(x).all(axis=1)]
+    finite = np.isfinite(x).all(axis=1)
+    x, dropped = x[finite], int(np.sum(~finite))
     n = x.shape[0]
     if n == 0:
-        return Summary(float("nan"), float("nan"), float("nan"), float("nan"), 0)
+        return Summary(float("nan"), float("nan"), float("nan"), float("nan"), 0, dropped)
     point = iqm(x)
     if n == 1:
-        return Summary(float(x.mean()), point, point, point, 1)
+        return Summary(float(x.mean()), point, point, point, 1, dropped)
     rng = np.random.default_rng(seed)
     rows = rng.integers(0, n, size=(reps, n, x.shape[1]))  # per task, seeds with replacement
     resampled = np.take_along_axis(x[None], rows, axis=1)
     low, high = _percentile_interval(np.array([iqm(r) for r in resampled]), confidence)
-    return Summary(float(x.mean()), point, low, high, n)
+    return Summary(float(x.mean()), point, low, high, n, dropped)
 
 
 def format_iqm(summary: Summary, digits: int = 0) -> str:
-    """``"IQM [low, high]"`` with `digits` decimals."""
+    """``"IQM [low, high]"`` with `digits` decimals; ``" (2 of 5 NaN)"`` appended when
+    seeds were dropped for a non-finite score."""
     f = f"{{:.{digits}f}}"
-    if summary.n <= 1:
-        return f.format(summary.iqm)
-    return f"{f.format(summary.iqm)} [{f.format(summary.ci_low)}, {f.format(summary.ci_high)}]"
+    text = f.format(summary.iqm)
+    if summary.n > 1:
+        text += f" [{f.format(summary.ci_low)}, {f.format(summary.ci_high)}]"
+    if summary.dropped:
+        text += f" ({summary.dropped} of {summary.n + summary.dropped} NaN)"
+    return text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +132,8 @@ class Difference:
 def difference(a, b, *, reps: int = 2000, confidence: float = 0.95, seed: int = 0) -> Difference:
     """mean(a) - mean(b) and a `confidence` percentile-bootstrap CI, resampling the seeds
     of `a` and of `b` independently (unpaired). Non-finite scores are dropped; with
-    fewer than two finite seeds on either side the CI is the point itself.
+    fewer than two finite seeds on either side there is no CI (NaN bounds): one seed
+    says nothing about the spread, so no claim that A beats B can rest on it.
     """
     _check_confidence(confidence)
     x, y = (np.asarray(v, np.float64) for v in (a, b))
@@ -126,7 +144,7 @@ def difference(a, b, *, reps: int = 2000, confidence: float = 0.95, seed: int = 
         return Difference(float("nan"), float("nan"), float("nan"), x.size, y.size)
     point = float(x.mean() - y.mean())
     if x.size < 2 or y.size < 2:
-        return Difference(point, point, point, x.size, y.size)
+        return Difference(point, float("nan"), float("nan"), x.size, y.size)
     rng = np.random.default_rng(seed)
     boots = rng.choice(x, (reps, x.size)).mean(1) - rng.choice(y, (reps, y.size)).mean(1)
     low, high = _percentile_interval(boots, confidence)
@@ -134,6 +152,9 @@ def difference(a, b, *, reps: int = 2000, confidence: float = 0.95, seed: int = 
 
 
 def format_difference(d: Difference, digits: int = 0) -> str:
-    """``"+diff [low, high]"`` with `digits` decimals."""
+    """``"+diff [low, high]"`` with `digits` decimals; ``"+diff [no CI: 1 vs 3 seeds]"``
+    when either side has fewer than two finite seeds."""
+    if not (np.isfinite(d.ci_low) and np.isfinite(d.ci_high)):
+        return f"{d.diff:+.{digits}f} [no CI: {d.n_a} vs {d.n_b} seeds]"
     f = f"{{:+.{digits}f}} [{{:.{digits}f}}, {{:.{digits}f}}]"
     return f.format(d.diff, d.ci_low, d.ci_high)

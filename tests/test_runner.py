@@ -17,7 +17,7 @@ import pytest
 from brax import envs as brax_envs
 
 import curricula
-from metarl import checkpoint, experiment, provenance
+from metarl import checkpoint, experiment, provenance, stats
 from metarl import contexts as C
 from metarl.agents import ppo
 from metarl.envs import make_contextual
@@ -313,6 +313,11 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path):
         assert f"eval/extrapolation_high/return{suffix}" in agg
     (_, low), (_, high) = agg["eval/train/return/ci_low"][0], agg["eval/train/return/ci_high"][0]
     assert low <= min(rows[0]["train"]) + 1e-3 and high >= max(rows[0]["train"]) - 1e-3
+    # The same estimand as the printed table: one score per seed (its mean over the
+    # contexts), not every (seed, context) score as if the contexts were independent runs.
+    want = stats.summarize(rows[0]["train"])
+    for suffix, value in (("/iqm", want.iqm), ("/ci_low", want.ci_low), ("/ci_high", want.ci_high)):
+        assert agg[f"eval/train/return{suffix}"][0][1] == pytest.approx(value, rel=1e-5, abs=1e-3)
 
 
 def test_ctrl_c_keeps_the_checkpoint_and_exits_without_a_traceback(tmp_path):

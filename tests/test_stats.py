@@ -44,7 +44,9 @@ def test_edge_cases():
     one = stats.summarize([42.0])
     assert (one.iqm, one.ci_low, one.ci_high, one.n) == (42.0, 42.0, 42.0, 1)
     dropped = stats.summarize([1.0, np.nan, 3.0, 2.0])
-    assert dropped.n == 3 and dropped.mean == 2.0
+    assert dropped.n == 3 and dropped.dropped == 1 and dropped.mean == 2.0
+    assert stats.format_iqm(dropped).endswith("(1 of 4 NaN)")
+    assert "NaN" not in stats.format_iqm(stats.summarize([1.0, 3.0, 2.0]))
     assert stats.format_iqm(stats.summarize([1.0, 2.0, 3.0, 4.0])).startswith("2 [")
     with pytest.raises(ValueError, match="num_seeds"):
         stats.summarize(np.zeros((2, 2, 2)))
@@ -68,8 +70,10 @@ def test_difference_ci_covers_the_true_gap_and_says_which_is_better():
 
 
 def test_difference_edge_cases():
+    # one seed says nothing about the spread: no interval, so no "A beats B"
     one = stats.difference([4.0], [1.0, 2.0, 3.0])
-    assert (one.diff, one.ci_low, one.ci_high) == (2.0, 2.0, 2.0)
+    assert one.diff == 2.0 and np.isnan(one.ci_low) and np.isnan(one.ci_high)
+    assert stats.format_difference(one) == "+2 [no CI: 1 vs 3 seeds]"
     dropped = stats.difference([1.0, np.nan, 3.0], [0.0, 0.0])
     assert (dropped.diff, dropped.n_a) == (2.0, 2)
     assert np.isnan(stats.difference([np.nan], [1.0]).diff)
