@@ -111,8 +111,7 @@ def ADR(  # noqa: N802
         n = check_count(num_envs, "num_envs (the trainer's number of parallel envs)", f"{who}.init")
         key = _key(key)
         defaults = as_defaults(target, defaults, who)
-        narrow = check_shapes(target, scaled(target, start, defaults), who)
-        current = ContextSpace({name: _inside(target[name], narrow[name]) for name in target})
+        current = check_shapes(target, scaled(target, start, defaults), who)
         key, assignment = _assign(key, n, 2 * len(target), p)
         return ADRState(
             segment=np.asarray(0, np.int32),
@@ -224,14 +223,6 @@ def _assign(key: jax.Array, n: int, boundaries: int, p: float):
     which = np.asarray(jax.random.randint(k_which, (n,), 0, boundaries))
     assignment = np.where(evaluate, which, -1).astype(np.int32)
     return key, assignment
-
-
-def _inside(target, narrow):
-    """`narrow`'s bounds clipped into `target`'s, with low <= high."""
-    t_lo, t_hi = np.asarray(target.low), np.asarray(target.high)
-    low = np.clip(np.asarray(narrow.low, np.float32), t_lo, t_hi)
-    high = np.clip(np.asarray(narrow.high, np.float32), low, t_hi)
-    return dataclasses.replace(target, low=low, high=high)
 
 
 def _move(target, bounds: list[np.ndarray], side: int, step: float) -> None:

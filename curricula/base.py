@@ -20,6 +20,7 @@ returns a space with the target's tree structure and leaf shapes (ADR: a
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -165,10 +166,29 @@ def check_shapes(target: ContextSpace, space: ContextSpace, who: str) -> Context
 
 
 def scaled(target: ContextSpace, fraction: float, defaults: Mapping | None) -> ContextSpace:
-    """``target.scaled(fraction, around=defaults)``; exactly `target` once fraction >= 1."""
+    """``target.scaled(fraction, around=defaults)`` clipped into the target (`inside`);
+    exactly `target` once fraction >= 1."""
     if fraction >= 1:
         return target
-    return target.scaled(fraction, around=defaults)
+    return inside(target, target.scaled(fraction, around=defaults))
+
+
+def inside(target: ContextSpace, space: ContextSpace) -> ContextSpace:
+    """`space` with the bounds (``low``, ``high``) of every bounded range clipped into
+    the target's, keeping low <= high. A range grown about a default that lies outside
+    the target (mass x 1.5-3, whose default x1 is below it) then starts at the
+    target's nearest edge and widens into it, never training outside the target.
+    Ranges without bounds (Normal, Choice, Fixed) are returned as they are."""
+    out = {}
+    for name, dist in space.items():
+        t = target[name]
+        if hasattr(dist, "low") and hasattr(dist, "high") and hasattr(t, "low"):
+            t_lo, t_hi = np.asarray(t.low, np.float32), np.asarray(t.high, np.float32)
+            low = np.clip(np.asarray(dist.low, np.float32), t_lo, t_hi)
+            high = np.clip(np.asarray(dist.high, np.float32), low, t_hi)
+            dist = dataclasses.replace(dist, low=low, high=high)
+        out[name] = dist
+    return ContextSpace(out)
 
 
 def require(results: Any, key: str, who: str) -> Any:

@@ -45,16 +45,18 @@ def PerformanceGated(  # noqa: N802
 ) -> Curriculum:
     """Widens the fraction by `step` (capped at 1) when ``results[metric]`` reaches a threshold.
 
-    ``ranges(state) = target.scaled(fraction, around=defaults)``, exactly the
-    target once the fraction is 1. A NaN metric (no episode completed) holds.
+    ``ranges(state) = target.scaled(fraction, around=defaults)`` clipped into the
+    target (a default outside it: the nearest edge), exactly the target once the
+    fraction is 1. A NaN metric (no episode completed) holds.
 
     Args:
       start: the first segment's fraction of the target, in (0, 1].
       step: how much the fraction grows when the gate opens, > 0.
       threshold: the return to reach (``>=``). With relative=True a fraction of the
         reference return: the first finite ``results[metric]`` (the return on the
-        narrow starting ranges), stored in the state; the gate then opens at
-        ``threshold * reference`` (``reference - (1 - threshold) * |reference|``
+        narrow starting ranges), stored in the state and compared in that same
+        update too (so with threshold <= 1 the first update always widens); the
+        gate then opens at ``threshold * reference`` (``reference - (1 - threshold) * |reference|``
         for a negative reference, the same distance below it).
       relative: see threshold.
       metric: the results key read by `update`: "eval_return" (default) or

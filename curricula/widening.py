@@ -35,7 +35,8 @@ def LinearWidening(start: float, segments: int) -> Curriculum:  # noqa: N802
     """Fraction ``start + (1 - start) * k / segments`` after k updates, then 1.
 
     ``ranges(state) = target.scaled(fraction, around=defaults)`` (each range's own
-    centre if `init` got no defaults), exactly the target once the fraction is 1.
+    centre if `init` got no defaults) clipped into the target (a default outside
+    it: the nearest edge), exactly the target once the fraction is 1.
     `update` ignores its results.
 
     Args:

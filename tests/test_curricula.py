@@ -163,6 +163,28 @@ def test_ranges_keep_the_targets_structure_and_leaf_shapes(index):
         assert _shapes(curricula.adr_ranges(state)) == _shapes(TARGET)
 
 
+@pytest.mark.parametrize("index", range(4))
+def test_ranges_start_at_the_targets_nearest_edge_when_a_default_lies_outside_it(index):
+    # mass x 1.5-3 (its default x1 is below it), gravity 5-15 with a default of 20:
+    # every curriculum trains inside the target from its first segment on.
+    cur, n = _curricula()[index], 4
+    target = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0), "mass": C.Scale(1.5, 3.0)})
+    defaults = {"gravity": np.float32(20.0), "mass": np.float32(1.0)}
+    state = cur.init(target, defaults=defaults, num_envs=n, key=jax.random.key(0))
+    first = cur.ranges(state)
+    first = curricula.adr_ranges(state) if isinstance(first, C.PerEnv) else first
+    assert float(first["gravity"].low) == float(first["gravity"].high) == 15.0
+    assert float(first["mass"].low) == 1.5
+    for seed in range(8):
+        ranges = cur.ranges(state)
+        ranges = ranges.ranges if isinstance(ranges, C.PerEnv) else ranges
+        for name in target:
+            low, high = (np.asarray(x) for x in ranges[name].support())
+            assert np.all(low >= target[name].low) and np.all(high <= target[name].high)
+            assert np.all(low <= high)
+        state = cur.update(state, {**_results(n, seed), "eval_return": 100.0})
+
+
 # -- performance gating --
 
 
