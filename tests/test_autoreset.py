@@ -201,3 +201,72 @@ def test_set_ranges_empties_the_pool():
     np.testing.assert_array_equal(state.info["reset_pool"].ready, [False] * 4 + [True] * 4)
     state = jax.vmap(env.set_ranges, in_axes=(0, None))(state, space.scaled(0.5))
     assert not np.asarray(state.info["reset_pool"].ready).any()
+
+
+class _EpisodeInInfo:
+    """A puck whose episode keeps a target and a step counter in its own `info`
+    (as Playground's manipulation and joystick tasks do) and whose step reads its
+    own observation (as an env that keeps an observation history does)."""
+
+    def __new__(cls):
+        from metarl.envs.toy import Puck
+
+        class EpisodeInInfo(Puck):
+            def reset(self, rng):
+                s = super().reset(rng)
+                target = jax.random.uniform(jax.random.fold_in(rng, 7), ())
+                return s.replace(
+                    obs=jnp.concatenate([s.obs, jnp.stack([target, 0.0])]),
+                    info={"target": target, "count": jnp.zeros(())},
+                )
+
+            def step(self, state, action):
+                # its own observation: 6 numbers of the puck, its target, its count
+                assert state.obs.shape == (8,), state.obs.shape
+                s = super().step(state.replace(obs=state.obs[:6]), action)
+                info = {**state.info, "count": state.info["count"] + 1}
+                extra = jnp.stack([info["target"], info["count"]])
+                return s.replace(
+                    obs=jnp.concatenate([s.obs, extra]), info=info, reward=info["target"]
+                )
+
+        return EpisodeInInfo()
+
+
+def test_an_auto_reset_restarts_the_envs_own_info_and_steps_it_on_its_own_obs():
+    space = C.ContextSpace({"gravity": C.Scale(0.5, 1.5)})
+    n, steps, rollouts = 4, 8, {}
+    for strategy in ("loop", "dense", "compact", "pool"):
+        env = make_contextual(
+            _EpisodeInInfo(),
+            space,
+            episode_length=3,
+            visible_context=True,
+            reset_strategy=strategy,
+        )
+
+        def run(key, env=env):
+            state = jax.vmap(env.reset)(jax.random.split(key, n))
+            a = jnp.zeros((n, env.action_size))
+
+            def body(state, _):
+                state = jax.vmap(env.step)(state, a)
+                info = state.info
+                return state, (state.obs, info["target"], info["count"], state.reward, state.done)
+
+            return jax.lax.scan(body, state, None, length=steps)[1]
+
+        rollouts[strategy] = jax.jit(run)(jax.random.key(0))
+    obs, target, count, reward, done = (np.asarray(x) for x in rollouts["loop"])
+    assert done.sum() == 2 * n  # episodes of 3 steps: done at steps 3 and 6
+    # the counter restarts with every episode; the observation shows the info's target
+    np.testing.assert_array_equal(count, np.tile([1, 2, 0, 1, 2, 0, 1, 2], (n, 1)).T)
+    np.testing.assert_array_equal(obs[..., 6], target)
+    # a new episode (from the state after a done step on) has a new target, and
+    # every transition is rewarded with the target of the state it started from
+    assert np.all(target[2] != target[1]) and np.all(target[5] != target[4])
+    assert np.all(target[1] == target[0]) and np.all(target[4] == target[3])
+    np.testing.assert_array_equal(reward[1:], target[:-1])
+    for strategy, rollout in rollouts.items():
+        for a, b in zip(rollout, rollouts["loop"], strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=strategy)

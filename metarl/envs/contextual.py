@@ -62,7 +62,7 @@ class TrialInfo:
 
 @struct.dataclass
 class ResetPool:
-    """reset_strategy="pool": this env's next fresh (pipeline_state, obs, context)."""
+    """reset_strategy="pool": this env's next fresh (pipeline_state, obs, env info, context)."""
 
     pending: Any
     ready: jax.Array  # bool[]: pending is this env's next reset (False: to be refilled)
@@ -98,6 +98,7 @@ class ContextualEnv(Env):
         self.episodes_per_trial = episodes_per_trial
         self.visible_context = visible_context
         self.reset_strategy = check_strategy(reset_strategy)
+        self._reset_info_keys: tuple[str, ...] | None = None  # see _fresh
         if reset_strategy == "pool":
             self._select = pooled_where_done(self._fresh, reset_chunk)
         else:
@@ -168,7 +169,7 @@ class ContextualEnv(Env):
         )
         info = {**first.info, CONTEXT: context, TRIAL: trial}
         if self.reset_strategy == "pool":  # empty: filled when an env first finishes
-            pending = (first.pipeline_state, first.obs, context)
+            pending = (first.pipeline_state, first.obs, self._reset_info(first.info), context)
             info[POOL] = ResetPool(pending, jnp.zeros((), bool))
         return _strong(State(first.pipeline_state, obs, zero, zero, first.metrics, info))
 
@@ -188,7 +189,9 @@ class ContextualEnv(Env):
             )
         trial: TrialInfo = state.info[TRIAL]
         context = state.info[CONTEXT]
-        nstate = self._call(self._env.step, context, state, action)
+        # The wrapped env sees its own observation, without the context appended.
+        inner = state.replace(obs=self._base(state.obs))
+        nstate = self._call(self._env.step, context, inner, action)
 
         steps = jnp.where(trial.new_episode > 0, 0, trial.steps) + 1
         finite = _finite((nstate.obs, nstate.reward))
@@ -210,7 +213,11 @@ class ContextualEnv(Env):
             context,
             trial.ranges,
         )
-        current = (nstate.pipeline_state, nstate.obs, context)
+        # A done env restarts from its own reset: physics, observation and the env's
+        # own info (an episode's state kept there, such as a Playground task's
+        # target or step counter, starts afresh, as Playground's full reset does).
+        self._fresh_info_keys(operand)
+        current = (nstate.pipeline_state, nstate.obs, self._reset_info(nstate.info), context)
         info = {}
         if self.reset_strategy == "pool":
             pool: ResetPool = state.info[POOL]
@@ -220,7 +227,7 @@ class ContextualEnv(Env):
             info[POOL] = ResetPool(pending, ready)
         else:
             selected = self._select(done > 0, operand, current)
-        pipeline_state, base_obs, context = selected
+        pipeline_state, base_obs, env_info, context = selected
         obs = self._observe(base_obs, context)
         trial = trial.replace(
             resets=trial.resets + (done > 0).astype(jnp.int32),
@@ -234,7 +241,7 @@ class ContextualEnv(Env):
             final_obs=final_obs,
             current_ranges=jnp.where(trial_over, 1.0, trial.current_ranges),
         )
-        info = {**nstate.info, CONTEXT: context, TRIAL: trial, **info}
+        info = {**nstate.info, **env_info, CONTEXT: context, TRIAL: trial, **info}
         return _strong(
             nstate.replace(
                 pipeline_state=pipeline_state, obs=obs, reward=reward, done=done, info=info
@@ -289,7 +296,29 @@ class ContextualEnv(Env):
 
     def _fresh(self, operand):
         first, context = self._first(operand)
-        return first.pipeline_state, first.obs, context
+        return first.pipeline_state, first.obs, self._reset_info(first.info), context
+
+    def _fresh_info_keys(self, operand) -> None:
+        """Finds, once, the wrapped env's info keys that its reset sets (tracing only)."""
+        if self._reset_info_keys is None:
+            info = jax.eval_shape(lambda o: self._first(o)[0].info, operand)
+            self._reset_info_keys = tuple(k for k in info if k not in (CONTEXT, TRIAL, POOL))
+
+    def _reset_info(self, info: dict) -> dict:
+        """The entries of the wrapped env's `info` that its reset sets (what an
+        auto-reset restores); keys only its step adds keep their running values."""
+        keys = self._reset_info_keys
+        if keys is None:  # reset before any step was traced: the reset's own info
+            keys = self._reset_info_keys = tuple(k for k in info if k not in (CONTEXT, TRIAL, POOL))
+        return {k: info[k] for k in keys if k in info}
+
+    def _base(self, obs):
+        """The wrapped env's observation inside `obs` (the context removed)."""
+        if not self.visible_context:
+            return obs
+        if self.visible_context == "privileged":
+            return obs["state"]
+        return obs[..., : obs.shape[-1] - self.binding.context_size]
 
     def _observe(self, base_obs, context):
         if not self.visible_context:
