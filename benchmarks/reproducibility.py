@@ -45,9 +45,9 @@ class Config:
     num_timesteps: int = 120_000
     segments: int = 3  # the first includes compilation; steps/s is the median of the others
     processes: int = 2  # fresh processes per flag setting
-    # XLA flags without "--", comma-separated within one setting; "default": none
-    settings: tuple[str, ...] = ("default",)
-    seed: int = 0
+    settings: tuple[str, ...] = ("default",)  # XLA flags without "--", comma-separated
+    # within one setting; "default": none
+    seed: int = 0  # the run's seed (the same in every process)
     out: str | None = None  # a JSON file for every process's digest and speed
     child: bool = False  # internal: train once and print the result
 

@@ -264,9 +264,24 @@ MULTI_DEVICE = textwrap.dedent(
     shards = [[np.asarray(s.data) for s in x.addressable_shards] for x in leaves]
     same = all(np.array_equal(a, b) for a, b in shards)
     obs = es.env.obs
+    # Advantages normalised over both devices' minibatches together, as on one device,
+    # even where the two shards differ (the second half's advantages are offset by 5).
+    from jax.sharding import PartitionSpec as P
+    from metarl.agents import losses
+    from metarl.parallel import AXIS
+    k = jax.random.split(jax.random.key(5), 6)
+    lp, olp, adv, v, r, ent = (jax.random.normal(ki, (6, 16)) for ki in k)
+    adv = adv.at[:, 8:].add(5.0)
+    one = losses.ppo_losses(lp, olp, adv, v, r, ent, 0.2)
+    def shard(*a):
+        terms = losses.ppo_losses(*a, 0.2, axis_name=AXIS)
+        return jax.tree.map(lambda t: jax.lax.pmean(t, AXIS), terms)
+    two = jax.jit(jax.shard_map(shard, mesh=space.mesh, in_specs=P(None, AXIS), out_specs=P()))(
+        lp, olp, adv, v, r, ent)
+    losses_match = all(abs(float(one[n]) - float(two[n])) < 1e-5 for n in one)
     print(json.dumps({"devices": space.num_devices, "params_identical": same,
                       "obs_shards": [list(s.data.shape) for s in obs.addressable_shards],
-                      "returns": returns}))
+                      "returns": returns, "losses_match": losses_match}))
     """
 )
 
@@ -287,4 +302,5 @@ def test_data_parallel_training_on_two_devices():
     assert report["devices"] == 2
     assert report["params_identical"]
     assert report["obs_shards"] == [[64, 4], [64, 4]]
+    assert report["losses_match"]
     assert report["returns"][-1] > 5 * report["returns"][0], report["returns"]

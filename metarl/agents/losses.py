@@ -60,13 +60,22 @@ def ppo_losses(
     returns: jax.Array,
     entropy: jax.Array,
     clipping_epsilon: float,
+    axis_name: str | None = None,
 ) -> dict[str, jax.Array]:
     """Clipped-surrogate PPO terms, all inputs [T, B]; scalar outputs.
 
-    Advantages are normalised over the minibatch. Returns policy_loss,
-    value_loss (0.5 * MSE), entropy (mean), approx_kl and clip_fraction.
+    Advantages are normalised over the minibatch: with `axis_name`, over the
+    minibatch of every device along that axis together (the shards are of equal
+    size), so the normalisation does not depend on how many devices share the
+    envs. Returns policy_loss, value_loss (0.5 * MSE), entropy (mean), approx_kl
+    and clip_fraction.
     """
-    adv = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    if axis_name is None:
+        adv = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    else:
+        mean = jax.lax.pmean(advantages.mean(), axis_name)
+        var = jax.lax.pmean(jnp.mean(jnp.square(advantages - mean)), axis_name)
+        adv = (advantages - mean) / (jnp.sqrt(var) + 1e-8)
     log_ratio = log_prob - old_log_prob
     ratio = jnp.exp(log_ratio)
     surrogate = jnp.minimum(

@@ -158,8 +158,8 @@ class Tower(nn.Module):
         if self.cell is None:
             return carry, h
         fresh = initial_carry(self.core, self.hidden, reset.shape)
-        keep = (1.0 - reset)[..., None]
-        carry = jax.tree.map(lambda c, z: c * keep + z * (1.0 - keep), carry, fresh)
+        restart = (reset > 0)[..., None]  # a select: a NaN carry does not survive it
+        carry = jax.tree.map(lambda c, z: jnp.where(restart, z, c), carry, fresh)
         return self.cell.step(carry, h)
 
     def decode(self, h):

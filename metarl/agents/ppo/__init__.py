@@ -1,8 +1,9 @@
 """PPO (feed-forward or recurrent, RL^2-style) in compile-once segments.
 
     space = make_train_space(env, PPOConfig(core="gru", num_envs=256))
-    ts = init_training_state(space, jax.random.key(0))
-    es = init_env_state(space, jax.random.key(1), context=narrow_space)
+    k_train, k_env = split_keys(jax.random.key(seed), 2)
+    ts = init_training_state(space, k_train)
+    es = init_env_state(space, k_env, context=narrow_space)
     for ranges in schedule:
         ts, es, metrics = run_train(space, ts, es, num_steps=200_000, context=ranges)
 

@@ -150,12 +150,29 @@ def recompute(agent, params, normalizer, data: Transition):
     return dist, agent.head.log_prob(dist, data.raw_action), values
 
 
+def _multi_device() -> str | None:
+    """AXIS inside a program whose envs are split over several devices, else None
+    (one device, or a call outside the trainer's shard_map, keeps the
+    single-device arithmetic, bit for bit)."""
+    try:
+        return AXIS if jax.lax.axis_size(AXIS) > 1 else None
+    except NameError:  # not inside the trainer's shard_map (a profiler, a test)
+        return None
+
+
 def loss(agent, config, params, normalizer, data: Transition, advantages, returns, key):
     """Total PPO loss on a minibatch of whole sequences [T, b], and its terms."""
     dist, log_prob, values = recompute(agent, params, normalizer, data)
     entropy = agent.head.entropy(dist, key)
     terms = losses.ppo_losses(
-        log_prob, data.log_prob, advantages, values, returns, entropy, config.clipping_epsilon
+        log_prob,
+        data.log_prob,
+        advantages,
+        values,
+        returns,
+        entropy,
+        config.clipping_epsilon,
+        axis_name=_multi_device(),
     )
     total = (
         terms["policy_loss"]
@@ -174,6 +191,8 @@ def sgd(agent, config, optimizer, ts: TrainingState, normalizer, data, advantage
     def minibatch(carry, idx):
         params, opt_state, key = carry
         key, sub = jax.random.split(key)
+        if _multi_device():  # each device's own entropy-sample noise
+            sub = jax.random.fold_in(sub, jax.lax.axis_index(AXIS))
         pick = lambda x: jnp.take(x, idx, axis=1)  # noqa: E731
         grads, terms = grad_fn(
             params, jax.tree.map(pick, data), pick(advantages), pick(returns), sub
@@ -237,12 +256,13 @@ def iteration(env, agent, config, optimizer, ts: TrainingState, es: EnvState):
     es = es.replace(carry=es.carry.replace(value=batch.value_core))
     done = data.done
     credited = done * data.current_ranges  # episodes played under the current ranges
+    count = lambda x: x.astype(jnp.int32).sum()  # noqa: E731 - exact beyond 2**24
     stats = IterationStats(
         totals={
-            "episodes": done.sum(),
+            "episodes": count(done),
             "return_sum": (done * data.episode_return).sum(),
-            "length_sum": (done * data.episode_length).sum(),
-            "nonfinite_episodes": data.nonfinite.sum(),
+            "length_sum": count(done * data.episode_length),
+            "nonfinite_episodes": count(data.nonfinite),
         },
         losses=terms,
         per_env={  # for per-env curricula (ADR): only what the current ranges produced

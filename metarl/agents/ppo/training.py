@@ -204,7 +204,12 @@ def _check_key(space: TrainSpace, key, what: str) -> None:
 
 def init_training_state(space: TrainSpace, key: jax.Array) -> TrainingState:
     """Fresh parameters, optimizer state, observation statistics and counters
-    (`key`: one key, or [num_seeds] keys for a space with a seed axis)."""
+    (`key`: one key, or [num_seeds] keys for a space with a seed axis).
+
+    Give it and `init_env_state` the two keys of ``split_keys(seed_keys(seed), 2)``:
+    both functions split their key, and ``jax.random.split(k, n)[i]`` does not
+    depend on n, so one key for both (or ``key(s)`` and ``key(s + 1)``, which the
+    next seed reuses) makes runs share random streams."""
     _check_key(space, key, "init_training_state")
     return space.init_training(key)
 
