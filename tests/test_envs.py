@@ -47,6 +47,7 @@ def test_contract(name, backend, space, kwargs):
     env = make_contextual(env, space, **({} if name == "puck" else {"backend": backend}), **kwargs)
     report = check_env(env, num_envs=8, max_steps=120)
     assert report["trials_ended"] > 0
+    assert report["contexts_reaching"] == len(space)
 
 
 def test_observation_size_compiles_nothing():
@@ -58,6 +59,40 @@ def test_observation_size_compiles_nothing():
         size = env.observation_size
     assert compiles.count == 0
     assert size == 11 + env.binding.context_size
+
+
+class _IgnoresItsGoal(Puck):
+    task_params = {"goal": 1.0}  # declared, never read
+
+
+class _CachesItsSystem(Puck):
+    """Steps a System cached at construction: the drawn contexts never reach it."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self._frozen = self.sys
+
+    def pipeline_step(self, ps, action):
+        sys, self.sys = self.sys, self._frozen
+        try:
+            return super().pipeline_step(ps, action)
+        finally:
+            self.sys = sys
+
+
+@pytest.mark.parametrize(
+    "env,space",
+    [
+        (_IgnoresItsGoal, {"gravity": C.Scale(0.5, 1.5), "goal": C.Uniform(-1.0, 1.0)}),
+        (_CachesItsSystem, {"gravity": C.Scale(0.1, 3.0)}),
+    ],
+    ids=["task-parameter-never-read", "cached-system"],
+)
+def test_check_env_catches_a_context_that_changes_nothing(env, space):
+    env = make_contextual(env(), C.ContextSpace(space), episode_length=5)
+    name = "goal" if "goal" in space else "gravity"
+    with pytest.raises(ContractError, match=f"context '{name}' changes nothing"):
+        check_env(env, num_envs=4, max_steps=12)
 
 
 def test_check_env_catches_a_broken_env():

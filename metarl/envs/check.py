@@ -34,9 +34,9 @@ def _obs_size(obs) -> object:
 def check_env(
     env: ContextualEnv, num_envs: int = 8, max_steps: int = 300, seed: int = 0
 ) -> dict[str, int]:
-    """Checks jit, vmap, per-env contexts, resampling on trial end, determinism
-    and finite observations. Raises `ContractError` naming the broken clause;
-    returns a few counts on success.
+    """Checks jit, vmap, per-env contexts, resampling on trial end, determinism,
+    finite observations and that every context reaches the simulation. Raises
+    `ContractError` naming the broken clause; returns a few counts on success.
 
     `max_steps` random-action steps must end at least one trial (shorten the
     env's `episode_length` for envs that never terminate).
@@ -51,13 +51,15 @@ def check_env(
     def body(state, k):
         action = jax.random.uniform(k, (num_envs, env.action_size), minval=-1.0, maxval=1.0)
         nxt = step(state, action)
-        return nxt, (nxt.info[CONTEXT], nxt.info[TRIAL].new_trial, nxt.done, nxt.obs)
+        out = (nxt.info[CONTEXT], nxt.info[TRIAL].new_trial, nxt.done, nxt.obs, nxt.reward)
+        return nxt, out
 
     def rollout(state, key):
         return jax.lax.scan(body, state, jax.random.split(key, max_steps))
 
     rollout = jax.jit(rollout)
-    final, (ctx, new_trial, done, obs) = rollout(state, jax.random.key(seed + 1))
+    k_run = jax.random.key(seed + 1)
+    final, (ctx, new_trial, done, obs, _) = rollout(state, jax.random.key(seed + 1))
     _require(
         all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(obs)),
         "step produced non-finite observations (the env must cut and report non-finite states)",
@@ -81,11 +83,48 @@ def check_env(
         all(jax.tree.leaves(same)),
         "two runs from the same key differ: the env is not deterministic",
     )
+    reached = _check_contexts_reach_the_simulation(env, keys, lambda s: rollout(s, k_run))
     return {
         "steps": max_steps * num_envs,
         "episodes_ended": int(np.asarray(done).sum()),
         "trials_ended": int(new_trial.sum()),
+        "contexts_reaching": reached,
     }
+
+
+def _check_contexts_reach_the_simulation(env: ContextualEnv, keys, rollout) -> int:
+    """Every context that varies changes what the env does: with every name pinned
+    to one draw, then one name moved to the draw farthest from it (the same reset
+    keys and actions, the same compiled rollout), the physics state, the env's own
+    observations or the rewards differ. Returns the number of names checked."""
+    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+    draws = {}
+    for i, (name, dist) in enumerate(env.space.items()):
+        if isinstance(dist, Fixed):
+            continue
+        k = jax.random.split(jax.random.fold_in(jax.random.key(0), i), 32)
+        draws[name] = np.asarray(jax.vmap(lambda k, d=dist: d.sample(k, ()))(k), np.float32)
+    base = env.space.pinned({name: d[0] for name, d in draws.items()})
+
+    def trajectory(ranges):
+        final, (_, _, _, obs, reward) = rollout(reset(keys, ranges))
+        obs = jax.tree.map(np.asarray, env._base(obs))  # noqa: SLF001 - without the context
+        return [np.asarray(x) for x in jax.tree.leaves((final.pipeline_state, obs, reward))]
+
+    reference = trajectory(base)
+    for name, d in draws.items():
+        far = np.where(np.abs(d.min(0) - d[0]) >= np.abs(d.max(0) - d[0]), d.min(0), d.max(0))
+        if np.array_equal(far, d[0]):  # a degenerate range: nothing to move
+            continue
+        moved = trajectory(base.pinned({name: far}))
+        _require(
+            any(not np.array_equal(a, b, equal_nan=True) for a, b in zip(reference, moved)),
+            f"context {name!r} changes nothing: pinned to {d[0].tolist()} and to "
+            f"{far.tolist()}, the same keys and actions gave the same physics, observations "
+            "and rewards; it does not reach the simulation (a System the env caches, a field "
+            "the backend does not read, a task parameter the env never uses)",
+        )
+    return len(draws)
 
 
 def _check_reset(env: ContextualEnv, state, num_envs: int) -> None:
