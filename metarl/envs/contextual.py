@@ -192,6 +192,12 @@ class ContextualEnv(Env):
         # The wrapped env sees its own observation, without the context appended.
         inner = state.replace(obs=self._base(state.obs))
         nstate = self._call(self._env.step, context, inner, action)
+        if self.backend == "mjx":
+            # A fence between the physics and the reset's select: without it XLA fuses
+            # MJX's step with what follows, differently for each reset strategy, and
+            # the strategies drift apart by float rounding (hopper: 1.9e-6 within 40
+            # steps). Brax's own backends give identical states without it.
+            nstate = jax.lax.optimization_barrier(nstate)
 
         steps = jnp.where(trial.new_episode > 0, 0, trial.steps) + 1
         finite = _finite((nstate.obs, nstate.reward))
