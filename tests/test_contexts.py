@@ -227,6 +227,10 @@ BAD = {
         lambda: _bind({"body_parentid": C.Uniform(1.0, 2.0)}),
         "not a float array",
     ),
+    "raw path to a static (numpy) field": (
+        lambda: _bind({"body_margin[1]": C.Uniform(0.0, 0.1)}, "mjx"),
+        "static field",
+    ),
     "not a distribution": (
         lambda: C.ContextSpace({"gravity": (1.0, 2.0)}),
         "expected a distribution",

@@ -80,6 +80,12 @@ def resolve(path: RawPath, sys: System) -> np.ndarray:
             f"raw path {path.text!r}: {path.field!r} is not a float array "
             f"(got {type(leaf).__name__}); name a numeric leaf such as 'geom_friction'"
         )
+    if isinstance(leaf, np.ndarray):
+        raise ValueError(
+            f"raw path {path.text!r}: {path.field!r} is a static field of the model (a numpy "
+            "array, which MJX compiles into the program): it cannot vary inside jit; vary a "
+            "field the simulation reads at run time instead (a JAX array of the System)"
+        )
     try:
         return path.default(sys)
     except IndexError as e:
