@@ -59,7 +59,7 @@ def check_env(
 
     rollout = jax.jit(rollout)
     k_run = jax.random.key(seed + 1)
-    final, (ctx, new_trial, done, obs, _) = rollout(state, jax.random.key(seed + 1))
+    final, (ctx, new_trial, done, obs, _) = rollout(state, k_run)
     _require(
         all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(obs)),
         "step produced non-finite observations (the env must cut and report non-finite states)",
@@ -73,7 +73,7 @@ def check_env(
     _check_resampling(env, state.info[CONTEXT], ctx, new_trial)
 
     # Determinism: the same keys give bit-identical states.
-    again, _ = rollout(reset(keys), jax.random.key(seed + 1))
+    again, _ = rollout(reset(keys), k_run)
     same = jax.tree.map(
         lambda a, b: bool(np.array_equal(a, b, equal_nan=True)),
         to_numpy(final),
@@ -108,7 +108,7 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, keys, rollout) -> i
 
     def trajectory(ranges):
         final, (_, _, _, obs, reward) = rollout(reset(keys, ranges))
-        obs = jax.tree.map(np.asarray, env._base(obs))  # noqa: SLF001 - without the context
+        obs = env._base(obs)  # noqa: SLF001 - the env's own observation, without the context
         return [np.asarray(x) for x in jax.tree.leaves((final.pipeline_state, obs, reward))]
 
     reference = trajectory(base)

@@ -17,6 +17,7 @@ Per-step bookkeeping lives in ``state.info["trial"]``, a typed `TrialInfo`.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -98,7 +99,6 @@ class ContextualEnv(Env):
         self.episodes_per_trial = episodes_per_trial
         self.visible_context = visible_context
         self.reset_strategy = check_strategy(reset_strategy)
-        self._reset_info_keys: tuple[str, ...] | None = None  # see _fresh
         if reset_strategy == "pool":
             self._select = pooled_where_done(self._fresh, reset_chunk)
         else:
@@ -222,7 +222,6 @@ class ContextualEnv(Env):
         # A done env restarts from its own reset: physics, observation and the env's
         # own info (an episode's state kept there, such as a Playground task's
         # target or step counter, starts afresh, as Playground's full reset does).
-        self._fresh_info_keys(operand)
         current = (nstate.pipeline_state, nstate.obs, self._reset_info(nstate.info), context)
         info = {}
         if self.reset_strategy == "pool":
@@ -304,19 +303,16 @@ class ContextualEnv(Env):
         first, context = self._first(operand)
         return first.pipeline_state, first.obs, self._reset_info(first.info), context
 
-    def _fresh_info_keys(self, operand) -> None:
-        """Finds, once, the wrapped env's info keys that its reset sets (tracing only)."""
-        if self._reset_info_keys is None:
-            info = jax.eval_shape(lambda o: self._first(o)[0].info, operand)
-            self._reset_info_keys = tuple(k for k in info if k not in (CONTEXT, TRIAL, POOL))
+    @functools.cached_property
+    def _reset_info_keys(self) -> tuple[str, ...]:
+        """The wrapped env's own info keys that its reset sets (traced once, not run)."""
+        key = jax.random.key_data(jax.random.key(0))
+        return tuple(jax.eval_shape(lambda k: self._env.reset(k).info, key))
 
     def _reset_info(self, info: dict) -> dict:
         """The entries of the wrapped env's `info` that its reset sets (what an
         auto-reset restores); keys only its step adds keep their running values."""
-        keys = self._reset_info_keys
-        if keys is None:  # reset before any step was traced: the reset's own info
-            keys = self._reset_info_keys = tuple(k for k in info if k not in (CONTEXT, TRIAL, POOL))
-        return {k: info[k] for k in keys if k in info}
+        return {k: info[k] for k in self._reset_info_keys if k in info}
 
     def _base(self, obs):
         """The wrapped env's observation inside `obs` (the context removed)."""
