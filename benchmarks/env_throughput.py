@@ -17,8 +17,10 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
   steps at which the pool was refilled (a dense refill costs one dense step).
 * contextual_pool_dense: pool refilled by the dense strategy on any platform
   (what "pool" runs on a GPU), to measure that path on a CPU.
-* ablate_noreset, ablate_norebuild: diagnostics, not exact: contextual dense
-  with done envs never reset, or with the step run on the default System.
+* ablate_noreset, ablate_norebuild, ablate_nofence: diagnostics, not exact:
+  contextual dense with done envs never reset, with the step run on the default
+  System, or without MJX's fence (the strategies then agree only to float
+  rounding); `ablate_nofence:pool` for another strategy than dense.
 
 With several `--num-envs` it also writes `--out`.json and a PNG plot of
 steps/s against num_envs (log-log) for plain, brax_dr and contextual.
@@ -125,7 +127,9 @@ def _rollout(reset, step, action_size: int, num_envs: int, steps: int):
 
 def _ablated(env: ContextualEnv, what: str) -> ContextualEnv:
     """Diagnostics only (not exact): switch off one part of the contextual step."""
-    if what == "noreset":
+    if what == "nofence":
+        env._fence = False  # noqa: SLF001
+    elif what == "noreset":
         env._select = lambda done, operand, current: current  # noqa: SLF001
     elif what == "norebuild":
         call = env._call  # noqa: SLF001
@@ -155,7 +159,8 @@ def _build(label: str, name: str, n: int, cfg: Config):
     elif label.startswith("contextual_"):
         strategy = label.removeprefix("contextual_")
     elif label.startswith("ablate_"):
-        strategy = "dense"
+        label, _, strategy = label.partition(":")
+        strategy = strategy or "dense"
     elif label != "contextual":
         raise ValueError(f"unknown variant {label!r}")
     ctx = make_contextual(

@@ -8,14 +8,15 @@
 #   bash benchmarks/gpu_run.sh ppo 0 1 2    # PPO vs Brax PPO at the settings (~5 min)
 #   bash benchmarks/gpu_run.sh ppo 3 4 benchmarks/results/ppo_h100_a.json   # + merge
 #   bash benchmarks/gpu_run.sh profile      # where PPO's time goes (trace), two-device test
-#   bash benchmarks/gpu_run.sh repro        # same seed, same numbers? resume bit for bit?
+#   bash benchmarks/gpu_run.sh repro        # same seed in fresh processes: same numbers? (~8 min)
+#   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs
 #
 # Results land in $OUT (the device tool brings them back; copy a ppo JSON into the
 # tree to merge it in the next call); each stage ends with its tables. Every
 # command has its own time limit, so one that hangs costs its share, not the call.
 # SMOKE=1 shrinks every size, to check the script on a CPU in a few minutes.
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh env | ppo SEED... [MERGE.json] | profile | repro"}
+stage=${1:?"usage: gpu_run.sh env | ppo SEED... [MERGE.json] | profile | repro | resume"}
 shift
 out=${OUT:-/tmp/gpu_run}
 mkdir -p "$out"
@@ -41,12 +42,12 @@ case $stage in
 env)
   if [ "$smoke" = 1 ]; then sizes=(--num-envs 64 --steps 10 --rounds 2); envs=(inverted_pendulum)
   else sizes=(--num-envs 8192 --steps 100 --rounds 5); envs=(hopper ant inverted_pendulum); fi
-  variants=(--variants plain brax_dr contextual contextual_pool)
+  # "contextual" is reset_strategy="auto": the pool on Brax's backends, dense on MJX (GPU)
   run 330 env_8192 python3 benchmarks/env_throughput.py --envs "${envs[@]}" "${sizes[@]}" \
-    "${variants[@]}" --out "$out/env_8192"
+    --variants plain brax_dr contextual contextual_dense --out "$out/env_8192"
   [ "$smoke" = 1 ] && mjx=(inverted_pendulum) || mjx=(ant)
   run 150 env_8192_mjx python3 benchmarks/env_throughput.py --envs "${mjx[@]}" --backend mjx \
-    "${sizes[@]}" "${variants[@]}" --out "$out/env_8192_mjx"
+    "${sizes[@]}" --variants plain brax_dr contextual contextual_pool --out "$out/env_8192_mjx"
   ;;
 ppo)
   seeds=() merge=()
@@ -75,16 +76,21 @@ profile)
 repro)
   [ "$smoke" = 1 ] && repro=(--num-envs 64 --num-timesteps 6000) || repro=(--num-envs 256)
   deterministic=xla_gpu_deterministic_ops=true
-  run 300 reproducibility python3 benchmarks/reproducibility.py "${repro[@]}" \
+  # 4 fresh processes of about 100 s each on the H100 (mostly compilation)
+  run 540 reproducibility python3 benchmarks/reproducibility.py "${repro[@]}" \
     --settings default "$deterministic" --out "$out/reproducibility.json"
+  ;;
+resume)
   # In one process: a run killed after 2 segments and resumed must log, bit for bit,
   # what an uninterrupted run logs (tests/test_runner.py), without and with the switch
+  # (passed on the H100 on 2026-11-24, 78 s each)
+  deterministic=xla_gpu_deterministic_ops=true
   resumed=(python3 -m pytest -q tests/test_runner.py -k resumed_run_logs_exactly)
-  run 120 resume "${resumed[@]}"
-  run 120 resume_deterministic env XLA_FLAGS="${XLA_FLAGS:-} --$deterministic" "${resumed[@]}"
+  run 200 resume "${resumed[@]}"
+  run 200 resume_deterministic env XLA_FLAGS="${XLA_FLAGS:-} --$deterministic" "${resumed[@]}"
   ;;
 *)
-  echo "unknown stage $stage: env, ppo, profile or repro"
+  echo "unknown stage $stage: env, ppo, profile, repro or resume"
   exit 2
   ;;
 esac

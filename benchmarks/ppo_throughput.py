@@ -78,6 +78,9 @@ class Config:
     eval_episodes: int = 16
     seeds: tuple[int, ...] = (0,)
     gru: bool = True  # also time metarl's GRU agent
+    # also time metarl's mlp agent with this reset strategy (e.g. "dense"; the others
+    # use "auto"), as trainer metarl_mlp_<strategy>
+    strategy: str | None = None
     # Brax PPO compiles its programs again for every seed (about 100 s each on the
     # H100): with --compile-cache, seeds after the first load them from JAX's
     # persistent compilation cache, in a temporary directory of this run only (so
@@ -146,9 +149,14 @@ def brax_ppo(cfg: Config, seed: int) -> dict:
     }
 
 
-def metarl_ppo(cfg: Config, core: str) -> list[dict]:
+def metarl_ppo(cfg: Config, core: str, reset_strategy: str = "auto") -> list[dict]:
     """One run per seed of `cfg.seeds`, all with the program compiled for the first."""
-    env = make_contextual(cfg.env, C.ContextSpace({}), episode_length=cfg.episode_length)
+    env = make_contextual(
+        cfg.env,
+        C.ContextSpace({}),
+        episode_length=cfg.episode_length,
+        reset_strategy=reset_strategy,
+    )
     config = ppo.PPOConfig(
         num_envs=cfg.num_envs,
         unroll_length=cfg.unroll_length,
@@ -246,6 +254,8 @@ def main(cfg: Config) -> None:
     }
     if cfg.gru:
         trainers["metarl_gru"] = lambda c: metarl_ppo(c, "gru")
+    if cfg.strategy is not None:
+        trainers[f"metarl_mlp_{cfg.strategy}"] = lambda c: metarl_ppo(c, "mlp", c.strategy)
     environment = {"jax": jax.__version__, "device": jax.devices()[0].device_kind}
     runs = {name: {} for name in trainers}
     for path in cfg.merge:  # checked before any training: a file that cannot merge costs nothing
@@ -271,9 +281,10 @@ def main(cfg: Config) -> None:
         f"\n{len(runs['brax_ppo'])} seed(s); steps/s: median; compile: first seed; return: "
         "IQM [95% CI]; vs Brax return: difference of means [95% CI]"
     )
+    w = max(map(len, runs)) + 1
     print(
-        f"{'trainer':<12}{'steps/s':>10}{'vs brax':>9}{'compile s':>11}"
-        f"{'eval return':>22}{'vs brax return':>22}"
+        f"{'trainer':<{w}}{'steps/s':>10}{'vs brax':>9}{'compile s':>11}"
+        f"{'eval return':>22}  {'vs brax return':>30}"
     )
     summary = {}
     for name in runs:
@@ -291,8 +302,8 @@ def main(cfg: Config) -> None:
             summary[name]["return_minus_brax"] = dataclasses.asdict(diff)
             vs = stats.format_difference(diff)
         print(
-            f"{name:<12}{sps:>10,.0f}{sps / base:>9.2f}{compile_s(name):>11.1f}"
-            f"{stats.format_iqm(ret, 1):>22}{vs:>22}"
+            f"{name:<{w}}{sps:>10,.0f}{sps / base:>9.2f}{compile_s(name):>11.1f}"
+            f"{stats.format_iqm(ret, 1):>22}  {vs:>30}"
         )
     if cfg.gru:
         ratio = med("metarl_gru", "steps_per_sec") / med("metarl_mlp", "steps_per_sec")
