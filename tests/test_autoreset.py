@@ -170,6 +170,28 @@ def test_strategies_give_identical_states_on_mjx():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_auto_is_the_pool_on_brax_backends_and_mjx_fences_only_on_a_cpu():
+    """auto: the pool on Brax's own backends (the state carries it), stateless on MJX.
+    MJX's fence is lowered for a CPU only: on an H100 it cost a quarter of the
+    throughput (benchmarks/results/README.md). Lowering needs no GPU."""
+    space = C.ContextSpace({"gravity": C.Scale(0.5, 1.5)})
+    brax_env = make_contextual("inverted_pendulum", space)
+    mjx_env = make_contextual("inverted_pendulum", space, backend="mjx")
+    assert (brax_env.reset_strategy, mjx_env.reset_strategy) == ("pool", "auto")
+    keys = jax.random.split(jax.random.key(0), 4)
+    assert "reset_pool" in jax.eval_shape(jax.vmap(brax_env.reset), keys).info
+    state = jax.eval_shape(jax.vmap(mjx_env.reset), keys)
+    assert "reset_pool" not in state.info
+    step = jax.jit(jax.vmap(mjx_env.step))
+    action = jax.ShapeDtypeStruct((4, mjx_env.action_size), jnp.float32)
+    fenced = {
+        platform: "optimization_barrier"
+        in step.trace(state, action).lower(lowering_platforms=(platform,)).as_text()
+        for platform in ("cpu", "cuda")
+    }
+    assert fenced == {"cpu": True, "cuda": False}
+
+
 def _raw(x):
     x = x if hasattr(x, "dtype") else np.asarray(x)
     return np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)

@@ -20,6 +20,8 @@ function carries a `jax.custom_batching` rule):
   instead of two.
 * ``"auto"`` (default): ``"loop"`` on CPU, ``"dense"`` elsewhere, chosen when
   the function is lowered for a platform (`jax.lax.platform_dependent`).
+  (`ContextualEnv`'s own ``"auto"`` is the pool on Brax's backends and this
+  one on MJX.)
 * ``"pool"``: `pooled_where_done`. Every env keeps its *next* fresh state,
   computed ahead; a done env swaps it in, and the pool is refilled in bulk
   (loop on CPU, dense elsewhere) only at steps where some done env's entry was

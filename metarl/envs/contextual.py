@@ -98,11 +98,26 @@ class ContextualEnv(Env):
         self.episode_length = episode_length
         self.episodes_per_trial = episodes_per_trial
         self.visible_context = visible_context
-        self.reset_strategy = check_strategy(reset_strategy)
+        # "auto": the pool on Brax's own backends, whose reset costs most of a step
+        # (on an H100 at 8192 envs, pool / dense: hopper 0.95x / 0.88x of plain Brax,
+        # ant 0.98x / 0.92x; on a CPU the pool matches the loop); loop on CPU and
+        # dense elsewhere on MJX (ant: dense 1.00x, pool 0.96x). The strategy in use
+        # is `reset_strategy`.
+        if check_strategy(reset_strategy) == "auto" and self.backend != "mjx":
+            reset_strategy = "pool"
+        self.reset_strategy = reset_strategy
         if reset_strategy == "pool":
             self._select = pooled_where_done(self._fresh, reset_chunk)
         else:
             self._select = where_done(self._fresh, reset_chunk, reset_strategy)
+        # On a CPU, a fence between MJX's physics and the reset's select: without it
+        # XLA fuses MJX's step with what follows, differently for each reset strategy,
+        # and the strategies drift apart by float rounding (hopper: 1.9e-6 within 40
+        # steps). Brax's own backends give identical states without it. On a GPU the
+        # fence cost a quarter of the throughput (ant, 8192 envs: 0.74x of plain Brax
+        # with it, 1.00x without), and a GPU's own reductions already differ from one
+        # process to the next (benchmarks/results/README.md), so it is CPU-only there.
+        self._fence = self.backend == "mjx"
 
     # ---- Brax Env interface ----
     @property
@@ -192,12 +207,10 @@ class ContextualEnv(Env):
         # The wrapped env sees its own observation, without the context appended.
         inner = state.replace(obs=self._base(state.obs))
         nstate = self._call(self._env.step, context, inner, action)
-        if self.backend == "mjx":
-            # A fence between the physics and the reset's select: without it XLA fuses
-            # MJX's step with what follows, differently for each reset strategy, and
-            # the strategies drift apart by float rounding (hopper: 1.9e-6 within 40
-            # steps). Brax's own backends give identical states without it.
-            nstate = jax.lax.optimization_barrier(nstate)
+        if self._fence:
+            nstate = jax.lax.platform_dependent(
+                nstate, cpu=jax.lax.optimization_barrier, default=lambda x: x
+            )
 
         steps = jnp.where(trial.new_episode > 0, 0, trial.steps) + 1
         finite = _finite((nstate.obs, nstate.reward))
@@ -406,8 +419,9 @@ def make_contextual(
         on GPU), "loop" (resets only for done envs, in chunks; best on CPU),
         "compact", "pool" (each env's next reset computed ahead, refilled in
         bulk only at steps where a done env needs it; the state carries the
-        pool) or "auto" (loop on CPU, dense elsewhere). All give identical
-        states.
+        pool) or "auto" (the pool on Brax's own backends; on MJX, loop on CPU
+        and dense elsewhere). All give identical states on a CPU (on a GPU,
+        MJX's agree to float rounding).
       **env_kwargs: for a Brax env name, passed to its constructor; for a
         Playground name, its config overrides (``impl="jax"`` unless given).
     """
