@@ -130,6 +130,8 @@ def _ablated(env: ContextualEnv, what: str) -> ContextualEnv:
     if what == "nofence":
         env._fence = False  # noqa: SLF001
     elif what == "noreset":
+        if env.reset_strategy == "pool":
+            raise ValueError("ablate_noreset runs a stateless strategy (dense, loop), not pool")
         env._select = lambda done, operand, current: current  # noqa: SLF001
     elif what == "norebuild":
         call = env._call  # noqa: SLF001
