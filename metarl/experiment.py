@@ -549,6 +549,7 @@ class Run:
             step,
             {split: summary[split] for split in held},
             gap=summary.get("generalization_gap"),
+            interpolation_gap=summary.get("interpolation_gap"),
             stds={split: float(np.nanmean(r.std)) for split, r in held.items()},
             by_episode=(
                 {split: np.nanmean(r.by_episode, 0) for split, r in held.items()}
@@ -601,7 +602,7 @@ class Run:
         summaries = [E.summarize(r["held"]) for r in results]
         row = {"segment": segment, "env_steps": step}
         row["train_return"] = self._per_seed([m["episode_return"] for m in metrics])
-        for split in (*SPLITS, "generalization_gap"):
+        for split in (*SPLITS, "generalization_gap", "interpolation_gap"):
             if split in summaries[0]:
                 row[split] = self._per_seed([s[split] for s in summaries])
         if self.exp.env.episodes_per_trial > 1 and "train" in results[0]["held"]:

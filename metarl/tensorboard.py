@@ -10,7 +10,8 @@ Tags (``step`` is always the environment-step count):
 * ``eval/<split>/return`` and ``eval/<split>/return_std``, splits ``train``,
   ``interpolation``, ``extrapolation``, ``extrapolation_low``, ``extrapolation_high``
   (others allowed); ``eval/generalization_gap`` (train minus the worse extrapolation
-  side); ``eval/<split>/episode_<i>/return``: mean return of the i-th episode of a
+  side); ``eval/interpolation_gap`` (train minus interpolation);
+  ``eval/<split>/episode_<i>/return``: mean return of the i-th episode of a
   trial (i = 1..k), the adaptation curve of an agent that learns within a trial.
 * ``eval/heatmap``: image of the mean return over a 2-D context grid, every cell
   labelled, the training region outlined; logged at every segment.
@@ -22,8 +23,8 @@ Tags (``step`` is always the environment-step count):
 Characters TensorBoard does not allow in tags (all but letters, digits, ``_ - . /``)
 become ``_`` as in tensorboardX (``geom_friction[:, 0]`` -> ``context/geom_friction____0_``);
 the module-level functions return the exact stored tags. A custom-scalars layout (one
-dashboard) shows train vs held-out returns in one chart, the generalization gap in
-another and one chart per curriculum range (low and high).
+dashboard) shows train vs held-out returns in one chart, the generalization and
+interpolation gaps in another and one chart per curriculum range (low and high).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 TRAIN_RETURN = "train/return"
 ENV_STEPS_PER_SEC = "perf/env_steps_per_sec"
 GENERALIZATION_GAP = "eval/generalization_gap"
+INTERPOLATION_GAP = "eval/interpolation_gap"
 HEATMAP = "eval/heatmap"
 HEATMAP_SIZE = (640, 480)  # (width, height) of the heatmap image in pixels
 _INVALID = re.compile(r"[^-/\w\.]")
@@ -231,7 +233,10 @@ class RunLogger:
                     "Multiline",
                     [TRAIN_RETURN + "$", r"eval/[^/]+/return$"],
                 ],
-                "generalization gap": ["Multiline", [GENERALIZATION_GAP + "$"]],
+                "generalization gap": [
+                    "Multiline",
+                    [GENERALIZATION_GAP + "$", INTERPOLATION_GAP + "$"],
+                ],
                 **{
                     f"curriculum: {n}": ["Multiline", [re.escape(t) + "$" for t in range_tags(n)]]
                     for n in self.context_names
@@ -277,10 +282,11 @@ class RunLogger:
         gap: float | None = None,
         stds: Mapping[str, float] | None = None,
         by_episode: Mapping[str, Sequence[float]] | None = None,
+        interpolation_gap: float | None = None,
     ) -> None:
-        """eval/<split>/return (and return_std) per split, eval/generalization_gap, and
-        eval/<split>/episode_<i>/return for `by_episode[split][i - 1]` (trials of
-        several episodes)."""
+        """eval/<split>/return (and return_std) per split, eval/generalization_gap
+        (`gap`), eval/interpolation_gap, and eval/<split>/episode_<i>/return for
+        `by_episode[split][i - 1]` (trials of several episodes)."""
         for split, value in returns.items():
             self._add(eval_return_tag(split), value, step)
         for split, value in (stds or {}).items():
@@ -290,6 +296,8 @@ class RunLogger:
                 self._add(episode_return_tag(split, i), value, step)
         if gap is not None:
             self._add(GENERALIZATION_GAP, gap, step)
+        if interpolation_gap is not None:
+            self._add(INTERPOLATION_GAP, interpolation_gap, step)
 
     def log_heatmap(
         self,

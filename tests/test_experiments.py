@@ -59,6 +59,7 @@ def test_quickstart_resumes_after_a_kill_and_logs_every_tag(tmp_path):
         "eval/interpolation/return",
         "eval/extrapolation/return",
         "eval/generalization_gap",
+        "eval/interpolation_gap",
         "curriculum/gravity/low",
         "curriculum/gravity/high",
         "curriculum/mass/low",

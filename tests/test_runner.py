@@ -306,9 +306,17 @@ def test_seed_k_of_a_batched_run_equals_the_single_run_with_that_seed(exp):
 def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path):
     rows = _run(exp, None, tmp_path, 1, num_seeds=2)
     assert len(rows[0]["train"]) == 2
-    for name in ("seed_0", "seed_1"):
-        assert "eval/train/return" in read_scalars(tmp_path / name)
     agg = read_scalars(tmp_path / "aggregate")
+    gaps = []
+    for k, name in enumerate(("seed_0", "seed_1")):
+        scalars = read_scalars(tmp_path / name)
+        assert "eval/train/return" in scalars
+        # Each seed logs its own gaps, and the history keeps them per seed.
+        gap = rows[0]["train"][k] - rows[0]["interpolation"][k]
+        assert rows[0]["interpolation_gap"][k] == pytest.approx(gap, abs=1e-4)
+        assert scalars["eval/interpolation_gap"][0][1] == pytest.approx(gap, abs=1e-3)
+        gaps.append(gap)
+    assert agg["eval/interpolation_gap"][0][1] == pytest.approx(np.mean(gaps), abs=1e-3)
     for suffix in ("", "/iqm", "/ci_low", "/ci_high"):
         assert f"eval/extrapolation_high/return{suffix}" in agg
     (_, low), (_, high) = agg["eval/train/return/ci_low"][0], agg["eval/train/return/ci_high"][0]

@@ -85,6 +85,7 @@ def run(tmp_path_factory):
             2000,
             {"train": 30.0, "interpolation": 25.0, "extrapolation": 10.0},
             gap=5.0,
+            interpolation_gap=5.5,
             stds={"train": 1.5, "interpolation": 2.5, "extrapolation": 3.5},
         )
         log.log_heatmap(2000, "gravity", GRID_X, "mass", GRID_Y, returns_2d)
@@ -112,6 +113,7 @@ def test_scalars_values_and_steps(run):
         "eval/interpolation/return_std": [(2000, 2.5)],
         "eval/extrapolation/return_std": [(2000, 3.5)],
         "eval/generalization_gap": [(2000, 5.0)],
+        "eval/interpolation_gap": [(2000, 5.5)],
         "hparams/eval/interpolation/return": [(3000, 25.0)],  # at the last step
         "hparams/zero": [(3000, 0.0)],
     }
@@ -187,7 +189,7 @@ def test_custom_scalars_layout(run):
         "eval/interpolation/return",
         "eval/extrapolation/return",
     }
-    assert shown("generalization gap") == {"eval/generalization_gap"}
+    assert shown("generalization gap") == {"eval/generalization_gap", "eval/interpolation_gap"}
     assert shown("curriculum: gravity") == {"curriculum/gravity/low", "curriculum/gravity/high"}
     assert shown("curriculum: mass") == {"curriculum/mass/low", "curriculum/mass/high"}
 
