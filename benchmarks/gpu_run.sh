@@ -4,7 +4,7 @@
 # root on the GPU machine, with the wheels of ../shared/tools/gpu-wheels carried
 # in .whl/ (installed on first use):
 #
-#   bash benchmarks/gpu_run.sh env          # 8192 envs: plain, Brax DR, dense, pool (~6 min)
+#   bash benchmarks/gpu_run.sh env          # 8192 envs: plain, Brax DR, dense, pool (~7 min)
 #   bash benchmarks/gpu_run.sh ppo 0 1 2    # PPO vs Brax PPO at the settings (~5 min)
 #   bash benchmarks/gpu_run.sh ppo 3 4 benchmarks/results/ppo_h100_a.json   # + merge
 #   bash benchmarks/gpu_run.sh profile      # where PPO's time goes (trace), two-device test
@@ -41,10 +41,18 @@ run() {  # run LIMIT_S NAME COMMAND...: COMMAND's output to the screen and $out/
 case $stage in
 env)
   if [ "$smoke" = 1 ]; then sizes=(--num-envs 64 --steps 10 --rounds 2); envs=(inverted_pendulum)
-  else sizes=(--num-envs 8192 --steps 100 --rounds 5); envs=(hopper ant inverted_pendulum); fi
+    long=(--num-envs 64 --steps 20 --rounds 3)
+  else sizes=(--num-envs 8192 --steps 100 --rounds 5); envs=(ant inverted_pendulum)
+    long=(--num-envs 8192 --steps 300 --rounds 7); fi
   # "contextual" is reset_strategy="auto": the pool on Brax's backends, dense on MJX (GPU)
-  run 330 env_8192 python3 benchmarks/env_throughput.py --envs "${envs[@]}" "${sizes[@]}" \
-    --variants plain brax_dr contextual contextual_dense --out "$out/env_8192"
+  variants=(plain brax_dr contextual contextual_dense)
+  # hopper's rounds of 100 steps lasted 0.46 s on the H100 (ratios spread 0.77-1.06):
+  # longer rounds, and more of them
+  [ "$smoke" = 1 ] && hopper=(inverted_pendulum) || hopper=(hopper)
+  run 180 env_8192_hopper python3 benchmarks/env_throughput.py --envs "${hopper[@]}" \
+    "${long[@]}" --variants "${variants[@]}" --out "$out/env_8192_hopper"
+  run 240 env_8192 python3 benchmarks/env_throughput.py --envs "${envs[@]}" "${sizes[@]}" \
+    --variants "${variants[@]}" --out "$out/env_8192"
   [ "$smoke" = 1 ] && mjx=(inverted_pendulum) || mjx=(ant)
   run 150 env_8192_mjx python3 benchmarks/env_throughput.py --envs "${mjx[@]}" --backend mjx \
     "${sizes[@]}" --variants plain brax_dr contextual contextual_pool --out "$out/env_8192_mjx"
