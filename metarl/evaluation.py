@@ -8,16 +8,28 @@ Deep RL") that apply to continuous context spaces:
 
 * ``train`` (in-distribution): contexts drawn from the training ranges.
 * ``interpolation``: inside the training intervals but off the training
-  support where that support is discrete (midpoints between `Choice` values);
-  for continuous ranges, fresh values never seen in training.
+  support where that support is discrete (midpoints between `Choice` values;
+  for a relative `Choice`, not between scales of opposite sign, whose midpoint
+  is a scale near 0: the quantity switched off, not a value between two
+  trained ones). A continuous range is drawn afresh at every reset, so every
+  value inside it is trained on: for a `Uniform` or `LogUniform` range shared
+  by its elements, ``interpolation`` is a second sample of the training
+  distribution (uniform over the interval, in log space for `LogUniform`),
+  and its gap to ``train`` estimates zero: read it as the noise floor of the
+  gaps.
 * ``extrapolation``: every dimension outside its training interval, within
   `factor` times the interval about its centre (1.5: half an interval more on
-  each side), on the physically valid side. ``extrapolation_low`` and
+  each side; for `LogUniform`, in log space: [0.5, 2] becomes [0.35, 2.83]),
+  on the physically valid side (a scale factor of a quantity of either sign,
+  such as a motor's gear, keeps the sign of its interval: a sign flip is
+  another task, not a stronger or weaker motor). A dimension that does not
+  vary in training (`Fixed`, or an interval of zero width) keeps its value in
+  every split. ``extrapolation_low`` and
   ``extrapolation_high`` take every dimension below (above) its interval:
   reported per side, because one side is often easier than the other (less
   gravity, more motor) and a mixed split hides which way a policy fails.
-* ``grid``: a regular grid over one or two names (others at their centre),
-  for heatmaps.
+* ``grid``: a regular grid over one or two names (others at their centre,
+  geometric for `LogUniform`), for heatmaps.
 
 A per-element quantity is pinned to one value shared by its elements.
 Each context runs `episodes` episodes with the deterministic policy: parallel
@@ -37,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metarl.contexts import Choice, ContextSpace
+from metarl.contexts import Choice, ContextSpace, LogUniform
 from metarl.envs import TRIAL, ContextualEnv
 
 SIDES = ("both", "low", "high")
@@ -92,17 +104,29 @@ def interpolation(space: ContextSpace, num: int, seed: int = 1) -> ContextSet:
     for name, dist in space.items():
         if isinstance(dist, Choice):
             support = np.unique(np.asarray(dist.values))
-            if len(support) < 2:
+            pairs = zip(support[:-1], support[1:], strict=True)
+            # relative: the midpoint of two scales of opposite sign switches the quantity off
+            mids = [(a + b) / 2 for a, b in pairs if not (dist.relative and a < 0 < b)]
+            if not mids:
                 raise ValueError(
-                    f"interpolation: {name!r} takes a single value; nothing lies between"
+                    f"interpolation: nothing lies between the values of {name!r}"
+                    + (" without crossing a scale of 0" if len(support) > 1 else "")
                 )
-            mids = (support[1:] + support[:-1]) / 2
-            values[name] = rng.choice(mids, num).astype(np.float32)
+            values[name] = rng.choice(np.asarray(mids), num).astype(np.float32)
         else:  # one draw per context; per-element intervals take it at their own scale
-            lo, hi = _element_bounds(ContextSpace({name: dist}))[name]
+            to, back = _scale(dist)
+            lo, hi = map(to, _element_bounds(ContextSpace({name: dist}))[name])
             u = rng.uniform(0.0, 1.0, num).reshape((num,) + (1,) * np.ndim(lo))
-            values[name] = (lo + u * (hi - lo)).astype(np.float32)
+            values[name] = back(lo + u * (hi - lo)).astype(np.float32)
     return ContextSet("interpolation", values)
+
+
+def _scale(dist) -> tuple[Any, Any]:
+    """(to, back): the coordinates held-out values are placed in: log for `LogUniform`
+    (its training draws are uniform there), the values themselves otherwise."""
+    if isinstance(dist, LogUniform):
+        return np.log, np.exp
+    return (lambda x: x), (lambda x: x)
 
 
 def extrapolation(
@@ -129,15 +153,23 @@ def extrapolation(
     rng = np.random.default_rng(seed)
     values = {}
     for name, (lo, hi) in _element_bounds(space).items():
-        centre = (lo + hi) / 2
-        half = np.maximum((hi - lo) / 2, 1e-3 * np.maximum(1.0, np.abs(lo + hi) / 2))
+        dist = space[name]
+        to, back = _scale(dist)
+        lo, hi = to(lo), to(hi)
+        fixed = lo == hi  # not varied in training: kept at its value
+        centre, half = (lo + hi) / 2, (hi - lo) / 2
         outer_lo, outer_hi = centre - factor * half, centre + factor * half
-        lower = env.binding.lower_limit(name)
-        if lower is not None:
-            outer_lo = np.maximum(outer_lo, lower + 1e-3 * half)
+        if not isinstance(dist, LogUniform):  # log space has no bound to keep
+            lower = env.binding.lower_limit(name)
+            if lower is None and dist.relative and np.all(lo > 0):
+                lower = 0.0  # a positive scale of a signed quantity stays positive
+            if lower is not None:
+                outer_lo = np.maximum(outer_lo, lower + 1e-3 * half)
+            if lower is None and dist.relative and np.all(hi < 0):
+                outer_hi = np.minimum(outer_hi, -1e-3 * half)
         sides = {"low": (outer_lo, lo), "high": (hi, outer_hi)}
         chosen = list(sides) if side == "both" else [side]
-        usable = [sides[k] for k in chosen if np.all(sides[k][1] > sides[k][0])]
+        usable = [sides[k] for k in chosen if np.all((sides[k][1] > sides[k][0]) | fixed)]
         if not usable:
             raise ValueError(
                 f"extrapolation: no valid values {'outside' if side == 'both' else side + ' of'} "
@@ -146,7 +178,10 @@ def extrapolation(
         pick = rng.integers(0, len(usable), num)
         # one draw per context, each element in its own interval's side
         values[name] = np.asarray(
-            [usable[i][0] + rng.uniform(0.0, 1.0) * (usable[i][1] - usable[i][0]) for i in pick],
+            [
+                back(usable[i][0] + rng.uniform(0.0, 1.0) * (usable[i][1] - usable[i][0]))
+                for i in pick
+            ],
             np.float32,
         )
     return ContextSet("extrapolation" if side == "both" else f"extrapolation_{side}", values)
@@ -156,7 +191,10 @@ def grid(space: ContextSpace, axes: Mapping[str, Any]) -> ContextSet:
     """A grid over one or two names (`axes`: name -> values); others at their centre."""
     if not 1 <= len(axes) <= 2 or set(axes) - set(space):
         raise ValueError(f"grid needs one or two of {list(space)}, got {list(axes)}")
-    centre = {n: (lo + hi) / 2 for n, (lo, hi) in _intervals(space).items()}
+    centre = {  # LogUniform: the geometric centre, the middle of its log-space draws
+        n: math.sqrt(lo * hi) if isinstance(space[n], LogUniform) else (lo + hi) / 2
+        for n, (lo, hi) in _intervals(space).items()
+    }
     points = list(itertools.product(*[np.asarray(v, np.float32) for v in axes.values()]))
     values = {n: np.full(len(points), centre[n], np.float32) for n in space}
     for i, name in enumerate(axes):

@@ -47,3 +47,60 @@ def test_extrapolation_keeps_raw_paths_physical():
     env = make_contextual("inverted_pendulum", damping, backend="generalized")
     with pytest.raises(ValueError, match="no valid values low of the training range"):
         E.extrapolation(env, damping, 4, side="low")
+
+
+def test_log_uniform_sets_are_placed_in_log_space():
+    """A LogUniform trains uniformly in log space, so its held-out sets live there: mass
+    x0.25-4 extrapolates to x0.125-0.25 and x4-8 (in linear space the low side reached
+    x0.002 and the high side stopped at x4.9), and its interpolation is centred on x1."""
+    space = C.ContextSpace({"mass": C.LogUniform(0.25, 4.0, relative=True)})
+    env = make_contextual("inverted_pendulum", space)
+    low = E.extrapolation(env, space, 200, factor=1.5, side="low").values["mass"]
+    high = E.extrapolation(env, space, 200, factor=1.5, side="high").values["mass"]
+    assert np.all((low >= 0.125 * (1 - 1e-5)) & (low < 0.25)) and low.min() < 0.14
+    assert np.all((high > 4.0) & (high <= 8.0 * (1 + 1e-5))) and high.max() > 7.0
+    inside = E.interpolation(space, 400).values["mass"]
+    assert np.all((inside >= 0.25) & (inside <= 4.0))
+    assert 0.4 < np.mean(inside < 1.0) < 0.6  # half below the geometric centre
+    assert E.grid(space, {"mass": [1.0]}).values["mass"].tolist() == [1.0]
+    # A quantity of either sign (a motor's gear): log space keeps it positive, where a
+    # linear low side reached below 0, which LogUniform cannot even be pinned to.
+    gain = C.ContextSpace({"actuator_gain": C.LogUniform(0.2, 2.0, relative=True)})
+    env = make_contextual("inverted_pendulum", gain)
+    values = E.extrapolation(env, gain, 100, side="low").values["actuator_gain"]
+    assert np.all((values > 0) & (values < 0.2))
+
+
+def test_a_scale_of_a_signed_quantity_keeps_its_sign():
+    """actuator_gain may be negative (a reversed motor), but x0.2-2 extrapolates to weaker
+    motors of the same sign, not through 0 (the motor off) to reversed ones."""
+    for lo, hi, side in ((0.2, 2.0, "low"), (-2.0, -0.2, "high")):
+        space = C.ContextSpace({"actuator_gain": C.Scale(lo, hi)})
+        env = make_contextual("inverted_pendulum", space)
+        values = E.extrapolation(env, space, 200, side=side).values["actuator_gain"]
+        assert np.all(np.sign(values) == np.sign(lo)), (lo, hi, values.min(), values.max())
+        assert np.all((values < lo) if side == "low" else (values > hi))
+
+
+def test_a_dimension_that_does_not_vary_keeps_its_value_in_every_split():
+    """A Fixed timestep is not a dimension of variation: extrapolation moved it by
+    +-37% (an absolute floor of 1e-3 on its half-width), now it stays at 4 ms."""
+    space = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0), "timestep": C.Fixed(0.004)})
+    env = make_contextual("inverted_pendulum", space)
+    for side in ("low", "high", "both"):
+        values = E.extrapolation(env, space, 50, side=side).values
+        assert np.all(values["timestep"] == np.float32(0.004)), side
+        assert np.all((values["gravity"] < 5.0) | (values["gravity"] > 15.0))
+    assert np.all(E.interpolation(space, 20).values["timestep"] == np.float32(0.004))
+
+
+def test_interpolating_a_relative_choice_never_switches_the_quantity_off():
+    """Motor signs x-1, -0.5, 0.5, 1: the midpoint of -0.5 and 0.5 is a gear of 0 (no
+    motor, a return of 0 whatever the policy does); an absolute choice keeps it."""
+    signs = C.ContextSpace({"actuator_gain": C.Choice([-1.0, -0.5, 0.5, 1.0], relative=True)})
+    values = E.interpolation(signs, 200).values["actuator_gain"]
+    assert set(values.tolist()) == {-0.75, 0.75}
+    goals = C.ContextSpace({"goal": C.Choice([-1.0, 1.0])})
+    assert set(E.interpolation(goals, 10).values["goal"].tolist()) == {0.0}
+    with pytest.raises(ValueError, match="without crossing a scale of 0"):
+        E.interpolation(C.ContextSpace({"g": C.Choice([-1.0, 1.0], relative=True)}), 4)
