@@ -24,7 +24,10 @@ Deep RL") that apply to continuous context spaces:
   such as a motor's gear, keeps the sign of its interval: a sign flip is
   another task, not a stronger or weaker motor). A dimension that does not
   vary in training (`Fixed`, or an interval of zero width) keeps its value in
-  every split. ``extrapolation_low`` and
+  every split. A periodic task parameter (an angle: the env declares
+  ``task_periods = {name: period}``) is taken outside its interval modulo
+  the period, at most halfway round to the other side; one whose interval
+  spans the whole period has no outside, and is drawn from its interval. ``extrapolation_low`` and
   ``extrapolation_high`` take every dimension below (above) its interval:
   reported per side, because one side is often easier than the other (less
   gravity, more motor) and a mixed split hides which way a policy fails.
@@ -151,6 +154,7 @@ def extrapolation(
     if side not in SIDES:
         raise ValueError(f"extrapolation: side must be one of {SIDES}, got {side!r}")
     rng = np.random.default_rng(seed)
+    periods = getattr(env.unwrapped, "task_periods", None) or {}
     values = {}
     for name, (lo, hi) in _element_bounds(space).items():
         dist = space[name]
@@ -159,6 +163,10 @@ def extrapolation(
         fixed = lo == hi  # not varied in training: kept at its value
         centre, half = (lo + hi) / 2, (hi - lo) / 2
         outer_lo, outer_hi = centre - factor * half, centre + factor * half
+        rest = float(periods[name]) - (hi - lo) if name in periods else None
+        if rest is not None:  # an angle: the outside is the rest of the turn, halfway round
+            outer_lo = np.maximum(outer_lo, lo - rest / 2)
+            outer_hi = np.minimum(outer_hi, hi + rest / 2)
         if not isinstance(dist, LogUniform):  # log space has no bound to keep
             lower = env.binding.lower_limit(name)
             if lower is None and dist.relative and np.all(lo > 0):
@@ -168,6 +176,8 @@ def extrapolation(
             if lower is None and dist.relative and np.all(hi < 0):
                 outer_hi = np.minimum(outer_hi, -1e-3 * half)
         sides = {"low": (outer_lo, lo), "high": (hi, outer_hi)}
+        if rest is not None and np.all(rest <= 1e-3 * float(periods[name])):
+            sides = {"low": (lo, hi), "high": (lo, hi)}  # the whole turn: no outside
         chosen = list(sides) if side == "both" else [side]
         usable = [sides[k] for k in chosen if np.all((sides[k][1] > sides[k][0]) | fixed)]
         if not usable:

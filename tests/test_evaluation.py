@@ -104,3 +104,26 @@ def test_interpolating_a_relative_choice_never_switches_the_quantity_off():
     assert set(E.interpolation(goals, 10).values["goal"].tolist()) == {0.0}
     with pytest.raises(ValueError, match="without crossing a scale of 0"):
         E.interpolation(C.ContextSpace({"g": C.Choice([-1.0, 1.0], relative=True)}), 4)
+
+
+def test_an_angle_is_extrapolated_modulo_a_turn():
+    """goal_direction trained over -pi..pi has no outside: "extrapolating" it to
+    -1.5pi..-pi put every goal back in a trained direction. A narrower arc is left
+    by at most half of the untrained rest of the turn on each side."""
+    dist = C.Uniform(0.1, 0.2)
+    whole = C.ContextSpace({"goal_distance": dist, "goal_direction": C.Uniform(-np.pi, np.pi)})
+    env = make_contextual("reacher_goal", whole)
+    assert env.unwrapped.task_periods == {"goal_direction": 2 * np.pi}
+    for side in ("low", "high"):
+        values = E.extrapolation(env, whole, 200, side=side).values
+        assert np.all(np.abs(values["goal_direction"]) <= np.pi + 1e-6), side
+        assert np.ptp(values["goal_direction"]) > np.pi  # drawn over the whole turn
+        distance = values["goal_distance"]
+        assert np.all((distance < 0.1) if side == "low" else (distance > 0.2))
+    arc = C.ContextSpace({"goal_direction": C.Uniform(-2.5, 2.5)})  # 1.28 rad untrained
+    env = make_contextual("reacher_goal", arc)
+    for side in ("low", "high"):
+        angle = E.extrapolation(env, arc, 200, factor=1.5, side=side).values["goal_direction"]
+        wrapped = (angle + np.pi) % (2 * np.pi) - np.pi
+        assert np.all(np.abs(wrapped) > 2.5 - 1e-6), side  # outside the arc, modulo a turn
+        assert np.all(np.abs(angle) <= np.pi + 1e-6)  # not halfway round into the other side

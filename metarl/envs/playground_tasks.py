@@ -12,13 +12,14 @@ import jax
 from mujoco import mjx
 from mujoco_playground._src.dm_control_suite import reacher
 
-from metarl.envs.goals import GOAL_DEFAULTS, goal_xy
+from metarl.envs.goals import GOAL_DEFAULTS, GOAL_PERIODS, goal_xy
 
 
 class PlaygroundReacherGoal(reacher.Reacher):
     """Playground's reacher (big target, as "ReacherEasy") with a goal context."""
 
     task_params = GOAL_DEFAULTS
+    task_periods = GOAL_PERIODS
 
     def __init__(self, target_size: float = reacher.BIG_TARGET, **config_overrides):
         config = reacher.default_config()
