@@ -331,8 +331,29 @@ def test_playground_refuses_cached_constants(name, message):
     [
         ("playground/NoSuchEnv", {}, "valid names: AcrobotSwingup"),
         ("playground/CartpoleBalance", {"backend": "generalized"}, "run on MJX"),
+        # read only by Playground's Brax training wrapper: the env would step once anyway
+        ("playground/CartpoleBalance", {"action_repeat": 4}, "action_repeat=4, which only"),
     ],
 )
 def test_playground_bad_names(env, kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_contextual(env, C.ContextSpace({"gravity": C.Uniform(5, 15)}), **kwargs)
+
+
+def test_raw_paths_mjx_reads_in_this_model_are_accepted():
+    """The table of fields no backend reads was measured on Brax's own envs, whose
+    joints have no frictionloss: MJX reads dof_frictionloss only where a model loads
+    it > 0, as this walker's left hip does. Such paths were refused on a plain
+    mjx.Model as "never read"; they are accepted and written into the model."""
+    space = C.ContextSpace(
+        {"dof_frictionloss[2]": C.Uniform(0.1, 0.5), "dof_solref[2, 0]": C.Uniform(0.05, 0.3)}
+    )
+    env = make_contextual(_walker(), space)
+    model = env.binding.apply({"dof_frictionloss[2]": 0.4, "dof_solref[2, 0]": 0.25})
+    assert float(model.dof_frictionloss[2]) == pytest.approx(0.4)
+    assert float(model.dof_solref[2, 0]) == pytest.approx(0.25)
+    # Brax's own envs keep the measured table: hopper's joints load no frictionloss.
+    with pytest.raises(ValueError, match="never reads 'dof_frictionloss'"):
+        make_contextual(
+            "hopper", C.ContextSpace({"dof_frictionloss": C.Uniform(0.1, 0.5)}), backend="mjx"
+        )

@@ -487,7 +487,10 @@ def _resolve(
         raise _unknown(name, "not a canonical quantity, a task parameter nor a System path", task)
     if raw.field in stale:
         raise ValueError(f"raw path {name!r} is refused for this env: {stale[raw.field]}")
-    if reads.unread(backend, raw.field):
+    # The table was measured on Brax's own envs, through a Brax System. MJX reads some
+    # fields only where a model loads them nonzero (frictionloss, an actuator's bias):
+    # a plain mjx.Model (an MJCF, Playground) is left to `check_env`.
+    if isinstance(sys, System) and reads.unread(backend, raw.field):
         raise ValueError(
             f"raw path {name!r}: {reads.explain(backend, raw.field)}, so changing it would "
             "not change the simulation. Use a canonical name "

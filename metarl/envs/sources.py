@@ -146,6 +146,14 @@ class PlaygroundSource:
         self._state_type = PlaygroundState
         self.env = env
         self._task = _task(env)
+        repeat = getattr(getattr(env, "_config", None), "action_repeat", 1)
+        if repeat != 1:  # read by Playground's Brax training wrapper, not by the env
+            raise ValueError(
+                f"{type(env).__name__} has action_repeat={repeat}, which only Playground's "
+                "Brax training wrapper reads: metarl steps the env itself, once per action, so "
+                "it would be ignored. Lengthen the control step in the env's config instead "
+                "(ctrl_dt, a multiple of sim_dt)"
+            )
         size = env.observation_size
         if not isinstance(size, int):
             raise ValueError(
