@@ -141,10 +141,14 @@ def test_inertia_sets_the_inverse_weights_mujoco_computes(xml, backend):
 
 
 def test_geom_size_scales_collision_bounds():
+    """The ball's size and bounds scale; the floor, a plane (infinite in collisions,
+    its size never read), keeps its own."""
     binding = _bind({"geom_size": C.Fixed(1.5, relative=True, per_element=True)}, "mjx")
-    sys = binding.apply({"geom_size": jnp.full((SYS.ngeom,), 1.5)})
-    np.testing.assert_allclose(sys.geom_rbound, 1.5 * SYS.geom_rbound, rtol=1e-6)
-    np.testing.assert_allclose(sys.geom_size, 1.5 * SYS.geom_size, rtol=1e-6)
+    assert binding.default_context()["geom_size"].shape == (1,)  # the ball
+    sys = binding.apply({"geom_size": jnp.full((1,), 1.5)})
+    scale = np.where(np.asarray(SYS.geom_type) == int(mujoco.mjtGeom.mjGEOM_PLANE), 1.0, 1.5)
+    np.testing.assert_allclose(sys.geom_rbound, scale * SYS.geom_rbound, rtol=1e-6)
+    np.testing.assert_allclose(sys.geom_size, scale[:, None] * SYS.geom_size, rtol=1e-6)
 
 
 def test_viscosity_switches_the_mjx_fluid_model_on():

@@ -10,6 +10,7 @@ their loaded values. (A geom touching only through a pair: tests/test_model_envs
 
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 import pytest
 from brax import envs as brax_envs
@@ -111,3 +112,28 @@ def test_naming_a_free_joint_for_stiffness_is_refused():
             mjcf.loads(FLOATING_XML),
             "mjx",
         )
+
+
+# A floor plane, a box made of a mesh and a sphere, all colliding.
+MESH_XML = """
+<mujoco>
+  <asset><mesh name="cube" vertex="-.1 -.1 -.1  .1 -.1 -.1  -.1 .1 -.1  .1 .1 -.1
+                                   -.1 -.1 .1  .1 -.1 .1  -.1 .1 .1  .1 .1 .1"/></asset>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 .1"/>
+    <body name="box" pos="0 0 .3"><freejoint/><geom name="meshbox" type="mesh" mesh="cube"/></body>
+    <body name="ball" pos="1 0 .3"><freejoint/><geom name="ball" type="sphere" size=".1"/></body>
+  </worldbody>
+</mujoco>"""
+
+
+def test_geom_size_skips_planes_and_meshes():
+    """MJX collides a mesh through its hull's vertices and a plane as infinite: their
+    geom_size is never read. A scaled mesh box came to rest at the same height, bit
+    for bit, and an unnamed 'geom_size' let check_env pass on the sphere alone."""
+    model = mujoco.MjModel.from_xml_string(MESH_XML)
+    binding = C.bind(C.ContextSpace({"geom_size": C.Scale(0.5, 2.0)}), model, "mjx")
+    assert binding.entries[0].select.tolist() == [2]  # the ball only
+    for geom in ("floor", "meshbox"):
+        with pytest.raises(ValueError, match=rf"geoms {geom} would not change: it is a plane"):
+            C.bind(C.ContextSpace({f"geom_size[{geom}]": C.Scale(0.5, 2.0)}), model, "mjx")

@@ -7,6 +7,8 @@ context reproduces the plain MJX rollout bit for bit; Playground envs work by
 name and by instance, refuse the constants they cache, and train.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,7 +18,7 @@ from mujoco import mjx
 
 from metarl import contexts as C
 from metarl.contexts.quantities import QUANTITIES
-from metarl.envs import CONTEXT, MjcfEnv, check_env, make_contextual
+from metarl.envs import CONTEXT, ContractError, MjcfEnv, check_env, make_contextual
 
 # Two legs on a torso that slides along x; position servos on the hips, a motor on
 # the slide; frictionloss on one hip; an explicit contact pair foot/floor.
@@ -357,3 +359,35 @@ def test_raw_paths_mjx_reads_in_this_model_are_accepted():
         make_contextual(
             "hopper", C.ContextSpace({"dof_frictionloss": C.Uniform(0.1, 0.5)}), backend="mjx"
         )
+
+
+# A box sliding on a frictionless floor (condim 1) beside a post welded to the world.
+STATIC_XML = """
+<mujoco>
+  <option timestep="0.01"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 .1" condim="1" friction="0.1"/>
+    <body name="post" pos="2 2 0.5">
+      <geom name="post" type="box" size=".1 .1 .5" contype="0" conaffinity="0" mass="3"/>
+    </body>
+    <body name="box" pos="0 0 .1">
+      <joint name="x" type="slide" axis="1 0 0"/><joint name="y" type="slide" axis="0 1 0"/>
+      <joint name="z" type="slide" axis="0 0 1"/>
+      <geom name="box" type="box" size=".1 .1 .1" mass="1" condim="1"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor joint="x" gear="5" ctrlrange="-1 1"/><motor joint="y" gear="5" ctrlrange="-1 1"/>
+  </actuator>
+</mujoco>"""
+
+
+def test_check_env_refuses_contexts_that_move_only_derived_quantities():
+    """A static post's mass (like a frictionless contact's friction) changes MJX's
+    derived fields (the post's inertia in world frame) but no motion: check_env
+    compared every pipeline_state leaf and passed it."""
+    name = "mass[post]"
+    robot = MjcfEnv(STATIC_XML, observe=_observe, reward=_reward, n_frames=2)
+    env = make_contextual(robot, C.ContextSpace({name: C.Scale(0.5, 2.0)}), episode_length=5)
+    with pytest.raises(ContractError, match=rf"context '{re.escape(name)}' changes nothing"):
+        check_env(env, num_envs=4, max_steps=12)

@@ -265,12 +265,21 @@ _WRAP_GEOMS = (int(mujoco.mjtWrap.mjWRAP_SPHERE), int(mujoco.mjtWrap.mjWRAP_CYLI
 _RANGEFINDER = int(mujoco.mjtSensor.mjSENS_RANGEFINDER)
 
 
+# Collisions never read these geoms' size: a plane is infinite, a mesh collides
+# through its convex hull's vertices and a height field through hfield_size.
+_SIZELESS = tuple(
+    int(t)
+    for t in (mujoco.mjtGeom.mjGEOM_PLANE, mujoco.mjtGeom.mjGEOM_MESH, mujoco.mjtGeom.mjGEOM_HFIELD)
+)
+
+
 def _sized(sys) -> np.ndarray:
-    """Geoms whose size the simulation reads: in a contact, wrapped by a spatial
-    tendon, or any geom when a rangefinder casts rays."""
+    """Geoms whose size the simulation reads: in a contact (not a plane, mesh or
+    height field), wrapped by a spatial tendon, or any geom when a rangefinder
+    casts rays."""
     if np.any(np.asarray(sys.sensor_type) == _RANGEFINDER):
         return np.ones(sys.ngeom, bool)
-    live = _touching(sys)
+    live = _touching(sys) & ~np.isin(np.asarray(sys.geom_type), _SIZELESS)
     wraps = np.isin(np.asarray(sys.wrap_type), _WRAP_GEOMS)
     live[np.asarray(sys.wrap_objid)[wraps]] = True
     return live
@@ -459,8 +468,10 @@ QUANTITIES: dict[str, Quantity] = {
         strict=True,
         absolute=False,
         live=_sized,
-        dead_hint=f"{_NO_CONTACT}, is in no explicit <contact><pair>, wraps no tendon and no "
-        "rangefinder sees it, so nothing in the simulation reads its size",
+        dead_hint=f"it is a plane (infinite in collisions), a mesh or a height field (which "
+        f"collide through their mesh or hfield data), or {_NO_CONTACT}, is in no explicit "
+        "<contact><pair>, wraps no tendon and no rangefinder sees it: nothing in the "
+        "simulation reads its size",
         skip_dead=True,
     ),
     "viscosity": Quantity(

@@ -95,8 +95,9 @@ def check_env(
 def _check_contexts_reach_the_simulation(env: ContextualEnv, keys, rollout) -> int:
     """Every context that varies changes what the env does: with every name pinned
     to one draw, then one name moved to the draw farthest from it (the same reset
-    keys and actions, the same compiled rollout), the physics state, the env's own
-    observations or the rewards differ. Returns the number of names checked."""
+    keys and actions, the same compiled rollout), the dynamical state (`_dynamics`),
+    the env's own observations or the rewards differ. Returns the number of names
+    checked."""
     reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
     draws = {}
     for i, (name, dist) in enumerate(env.space.items()):
@@ -109,7 +110,9 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, keys, rollout) -> i
     def trajectory(ranges):
         final, (_, _, _, obs, reward) = rollout(reset(keys, ranges))
         obs = env._base(obs)  # noqa: SLF001 - the env's own observation, without the context
-        return [np.asarray(x) for x in jax.tree.leaves((final.pipeline_state, obs, reward))]
+        return [
+            np.asarray(x) for x in jax.tree.leaves((_dynamics(final.pipeline_state), obs, reward))
+        ]
 
     reference = trajectory(base)
     for name, d in draws.items():
@@ -125,6 +128,22 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, keys, rollout) -> i
             "the backend does not read, a task parameter the env never uses)",
         )
     return len(draws)
+
+
+def _dynamics(pipeline_state) -> tuple:
+    """What the next step evolves: MJX's qpos, qvel, act and mocap poses, Brax's q,
+    qd, x, xd (the positional and spring backends integrate x). Not the quantities
+    derived from them and the model (inertias in world frame, a static body's
+    subtree, a contact's friction): those change with contexts that move nothing,
+    such as the mass of a body welded to the world or the friction of a contact
+    whose condim is 1, and such contexts must not pass."""
+    if hasattr(pipeline_state, "qpos"):  # mjx.Data, Brax's mjx State
+        fields = ("qpos", "qvel", "act", "mocap_pos", "mocap_quat")
+    elif hasattr(pipeline_state, "q"):
+        fields = ("q", "qd", "x", "xd")
+    else:
+        return (pipeline_state,)
+    return tuple(getattr(pipeline_state, f) for f in fields if hasattr(pipeline_state, f))
 
 
 def _check_reset(env: ContextualEnv, state, num_envs: int) -> None:
