@@ -27,10 +27,11 @@ Deep RL") that apply to continuous context spaces:
   every split. A periodic task parameter (an angle: the env declares
   ``task_periods = {name: period}``) is taken outside its interval modulo
   the period, at most halfway round to the other side; one whose interval
-  spans the whole period has no outside, and is drawn from its interval. ``extrapolation_low`` and
-  ``extrapolation_high`` take every dimension below (above) its interval:
-  reported per side, because one side is often easier than the other (less
-  gravity, more motor) and a mixed split hides which way a policy fails.
+  spans the whole period has no outside, and is drawn from its interval.
+  ``extrapolation_low`` and ``extrapolation_high`` take every dimension below
+  (above) its interval: reported per side, because one side is often easier
+  than the other (less gravity, more motor) and a mixed split hides which way
+  a policy fails.
 * ``grid``: a regular grid over one or two names (others at their centre,
   geometric for `LogUniform`), for heatmaps.
 
