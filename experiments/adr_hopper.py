@@ -65,7 +65,7 @@ def main(cfg: Config) -> list[dict]:
             buffer_size=8,
             boundary_prob=0.5,
         ),
-        ppo=dataclasses.replace(cfg.ppo, seed=cfg.seed),
+        ppo=cfg.seeded(cfg.ppo),
         eval=cfg.eval,
     )
     return experiment.run(

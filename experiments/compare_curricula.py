@@ -61,7 +61,7 @@ def main(cfg: Config) -> dict[str, list[dict]]:
             env=env,
             target=target,
             curriculum=curriculum,
-            ppo=dataclasses.replace(cfg.ppo, seed=cfg.seed),
+            ppo=cfg.seeded(cfg.ppo),
             eval=cfg.eval,
         )
         for name, curriculum in curricula_to_compare(cfg.widening_segments).items()

@@ -60,7 +60,7 @@ def main(cfg: Config) -> list[dict]:
         curriculum=curricula.LinearWidening(
             start=cfg.start_fraction, segments=cfg.widening_segments
         ),
-        ppo=dataclasses.replace(cfg.ppo, seed=cfg.seed),
+        ppo=cfg.seeded(cfg.ppo),
         eval=cfg.eval,
     )
     return experiment.run(

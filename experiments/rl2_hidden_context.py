@@ -46,6 +46,12 @@ class Config(experiment.RunArgs):
 
 
 def main(cfg: Config) -> dict[str, list[dict]]:
+    default = PPOConfig()
+    if (cfg.ppo.core, cfg.ppo.rl2_inputs) != (default.core, default.rl2_inputs):
+        raise SystemExit(
+            "--ppo.core and --ppo.rl2-inputs are set by each variant of this script "
+            "(mlp without RL2 inputs, gru with them): leave them out"
+        )
     # Relative motor gain: the sign flips the push, the magnitude scales it.
     target = C.ContextSpace({"actuator_gain": C.Choice([-1.0, -0.5, 0.5, 1.0], relative=True)})
     env = make_contextual(
@@ -60,7 +66,7 @@ def main(cfg: Config) -> dict[str, list[dict]]:
             env=env,
             target=target,
             curriculum=curricula.LinearWidening(start=1.0, segments=1),  # fixed ranges
-            ppo=dataclasses.replace(cfg.ppo, core=core, rl2_inputs=core != "mlp", seed=cfg.seed),
+            ppo=dataclasses.replace(cfg.seeded(cfg.ppo), core=core, rl2_inputs=core != "mlp"),
             eval=cfg.eval,
         )
         for core in ("mlp", "gru")

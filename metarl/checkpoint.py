@@ -47,7 +47,8 @@ _STEP_METADATA = "_CHECKPOINT_METADATA"  # orbax's file of a step's custom metad
 
 
 class CheckpointError(ValueError):
-    """No checkpoint could be restored; the message lists each step and why."""
+    """No checkpoint could be restored (damaged, or of another structure than `like`);
+    the message says which step and why. A ValueError."""
 
 
 def _manager(directory: pathlib.Path, keep: int | None = None) -> ocp.CheckpointManager:
@@ -149,6 +150,7 @@ def save(directory, step: int, state, *, keep: int = 3) -> pathlib.Path:
     if step in all_steps(directory):
         raise ValueError(f"checkpoint step {step} already exists in {directory}; not overwritten")
     described, leaves, treedef = _flatten(state)
+    _one_process(leaves, "save")
     items = {str(i): x for i, x in enumerate(leaves) if np.size(x)}  # orbax refuses size 0
     if not items:
         raise ValueError("nothing to save: `state` has no leaf with at least one element")
@@ -174,13 +176,14 @@ def restore(directory, like, step: int | None = None):
     `like` (e.g. a freshly initialised state; concrete values, not ShapeDtypeStructs)
     gives the structure, dtypes, shapes and the shardings of its jax arrays (numpy
     leaves come back as numpy). Raises FileNotFoundError if there is no checkpoint (or
-    not that step), ValueError if it does not match `like`. With step=None a damaged
+    not that step), `CheckpointError` if it does not match `like`. With step=None a damaged
     newest step is reported with a warning, moved aside to ``damaged-<step>`` (or the
     next free ``damaged-<step>-<n>``), and the next older step is tried; `CheckpointError`
     if none is intact. An explicit `step` that is damaged raises `CheckpointError`. Any
     error that is not damage (see `_is_damage`) is raised as it is and moves nothing.
     """
     directory = pathlib.Path(directory).absolute()
+    _one_process(jax.tree_util.tree_leaves(like), "restore")
     steps = all_steps(directory)
     if not steps or (step is not None and step not in steps):
         what = "checkpoint" if step is None else f"checkpoint step {step}"
@@ -302,11 +305,11 @@ def _restore_step(directory: pathlib.Path, like, step: int):
             "metarl.checkpoint.save)"
         )
     if saved != described:
-        raise ValueError(
+        raise CheckpointError(
             f"step {step} in {directory} does not match `like`: {_diff(saved, described)}"
         )
     if structure is not None and _ADDRESS.sub("", structure) != _structure(treedef):
-        raise ValueError(
+        raise CheckpointError(
             f"step {step} in {directory} does not match `like`: its tree structure or static "
             f"data (names, distribution flags) differ:\n  saved: {structure}\n  like:  "
             f"{_structure(treedef)}"
@@ -324,6 +327,17 @@ def _restore_step(directory: pathlib.Path, like, step: int):
         raise _DamagedError(f"{_files(step_dir)}: the data does not match its checksum")
     leaves = [_like(x, restored.get(str(i))) for i, x in enumerate(jax.tree_util.tree_leaves(like))]
     return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _one_process(leaves, what: str) -> None:
+    """Refuses arrays spread over several processes (multi-host): the checksum and the
+    moves aside are written for the arrays one process holds whole."""
+    if any(isinstance(x, jax.Array) and not x.is_fully_addressable for x in leaves):
+        raise ValueError(
+            f"checkpoint.{what}: the state holds arrays spread over {jax.process_count()} "
+            "processes; metarl.checkpoint handles one process's arrays (multi-host "
+            "checkpoints are not supported yet: use orbax directly)"
+        )
 
 
 def _files(step_dir: pathlib.Path) -> str:

@@ -59,6 +59,11 @@ from metarl.envs import TRIAL, ContextualEnv
 SIDES = ("both", "low", "high")
 
 
+class NoHeldOutValuesError(ValueError):
+    """A split has no valid values for some name (nothing between a `Choice`'s
+    values, no physical value beyond a range): the run leaves that split out."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ContextSet:
     """`values[name]`: [C] values, one per evaluation context, for split `split`."""
@@ -112,7 +117,7 @@ def interpolation(space: ContextSpace, num: int, seed: int = 1) -> ContextSet:
             # relative: the midpoint of two scales of opposite sign switches the quantity off
             mids = [(a + b) / 2 for a, b in pairs if not (dist.relative and a < 0 < b)]
             if not mids:
-                raise ValueError(
+                raise NoHeldOutValuesError(
                     f"interpolation: nothing lies between the values of {name!r}"
                     + (" without crossing a scale of 0" if len(support) > 1 else "")
                 )
@@ -182,7 +187,7 @@ def extrapolation(
         chosen = list(sides) if side == "both" else [side]
         usable = [sides[k] for k in chosen if np.all((sides[k][1] > sides[k][0]) | fixed)]
         if not usable:
-            raise ValueError(
+            raise NoHeldOutValuesError(
                 f"extrapolation: no valid values {'outside' if side == 'both' else side + ' of'} "
                 f"the training range of {name!r}"
             )

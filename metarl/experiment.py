@@ -30,12 +30,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import inspect
 import json
+import math
 import os
 import pathlib
 import signal
+import socket
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
@@ -49,17 +52,20 @@ from metarl import evaluation as E
 from metarl.agents import ppo
 from metarl.contexts import ContextSpace, PerEnv
 from metarl.envs import CONTEXT, ContextualEnv
-from metarl.tensorboard import RunLogger, episode_return_tag, flatten_hparams
+from metarl.tensorboard import RunLogger, context_units, episode_return_tag, flatten_hparams
 from metarl.trees import to_numpy
 
 HISTORY = "history.json"
 RUN_FILE = "run.json"
 CHECKPOINTS = "checkpoints"
+LOCK_FILE = ".lock"  # held by the process running in a logdir
 RESUME_MODES = ("auto", "never", "force")
 # Fields a rerun may change under resume="auto": more (or fewer) segments.
 EXTENDABLE = ("segments",)
 # Fields not even resume="force" accepts: they would mix runs or fail to restore.
 NEVER_FORCED = ("seed", "num_seeds", "ppo.", "experiment.")
+# Fields a run.json written by an older metarl lacks: not compared (with a note) then.
+RECORDED_LATER = ("experiment.env.reset_strategy", "experiment.env.reset_chunk")
 # What a run ran on, recorded beside its config and compared like config fields
 # "<section>.<name>" (forceable): provenance.software() (+ the script's hash), .platform()
 ENVIRONMENT = ("software", "platform")
@@ -90,6 +96,18 @@ class RunArgs:
         """The keyword arguments of `run` these fields set."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(RunArgs)}
 
+    def seeded(self, config: ppo.PPOConfig) -> ppo.PPOConfig:
+        """`config` with the run's seed (`run` seeds from `seed`, and refuses a PPO
+        config that says otherwise); a ``--ppo.seed`` other than the default that
+        disagrees with ``--seed`` is refused."""
+        default = ppo.PPOConfig.__dataclass_fields__["seed"].default
+        if config.seed not in (default, self.seed):
+            raise SystemExit(
+                f"--ppo.seed {config.seed} and --seed {self.seed} disagree: the run's seed "
+                "is --seed (leave --ppo.seed out)"
+            )
+        return dataclasses.replace(config, seed=self.seed)
+
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
@@ -100,6 +118,24 @@ class EvalConfig:
     extrapolation_factor: float = 1.5  # extrapolate within this x the training interval
     heatmap: tuple[str, ...] = ()  # one or two context names (default: the first two)
     heatmap_points: int = 5  # grid points per axis
+
+    def __post_init__(self):
+        for name in ("contexts", "episodes", "heatmap_points"):
+            value, least = getattr(self, name), 2 if name == "heatmap_points" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"eval.{name} must be an integer >= {least}, got {value!r}")
+        factor = self.extrapolation_factor
+        if not isinstance(factor, int | float) or not math.isfinite(factor) or factor <= 1:
+            raise ValueError(
+                "eval.extrapolation_factor must be a number > 1 (extrapolate within this "
+                f"x the training interval about its centre; 1.5 adds half an interval on "
+                f"each side), got {factor!r}"
+            )
+        names = tuple(self.heatmap)
+        if any(not isinstance(n, str) for n in names) or len(names) > 2:
+            raise ValueError(f"eval.heatmap takes one or two context names, got {names!r}")
+        if len(set(names)) < len(names):
+            raise ValueError(f"eval.heatmap names one context twice: {names!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +162,7 @@ class Compiled:
         axes = _heatmap_axes(exp)
         return (
             self.space.env is exp.env
-            and self.space.config == exp.ppo
+            and dataclasses.replace(self.space.config, seed=exp.ppo.seed) == exp.ppo
             and self.space.num_seeds == (num_seeds if num_seeds > 1 else None)
             and self.evaluator.episodes == exp.eval.episodes
             and self.evaluator.max_contexts == _eval_size(exp.eval.contexts, axes)
@@ -152,6 +188,10 @@ def _eval_size(contexts: int, axes: Mapping[str, np.ndarray]) -> int:
 
 def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
     names = exp.eval.heatmap or tuple(exp.target)[:2]
+    if unknown := [n for n in names if n not in exp.target]:
+        raise ValueError(
+            f"eval.heatmap: {unknown} not in the target; choose among {list(exp.target)}"
+        )
     axes = {}
     for name in names:
         lo, hi = exp.target.intervals()[name]
@@ -184,7 +224,7 @@ def held_out_sets(exp: Experiment, seed: int) -> dict[str, E.ContextSet]:
     for i, (split, build) in enumerate(builders.items()):
         try:
             sets[split] = build(_int_seed(jax.random.fold_in(base, i)))
-        except ValueError as e:  # e.g. no physical value below a range that starts near 0
+        except E.NoHeldOutValuesError as e:  # e.g. no physical value below a range near 0
             print(f"Held-out split {split!r} skipped: {e}", file=sys.stderr)
     return sets
 
@@ -264,6 +304,9 @@ def _describe_env(env: ContextualEnv) -> dict[str, Any]:
         "episode_length": env.episode_length,
         "episodes_per_trial": env.episodes_per_trial,
         "visible_context": env.visible_context,
+        # strategies agree bit for bit on a CPU, to float rounding on a GPU
+        "reset_strategy": env.reset_strategy,
+        "reset_chunk": env.reset_chunk,
     }
     for name, value in sorted(vars(inner).items()):
         if hasattr(value, "to_dict"):  # ml_collections.ConfigDict
@@ -323,7 +366,9 @@ def _environment() -> dict[str, dict[str, Any]]:
     }
 
 
-def check_identity(logdir: pathlib.Path, config: dict[str, Any], resume: str) -> None:
+def check_identity(
+    logdir: pathlib.Path, config: dict[str, Any], resume: str, segments_done: int = 0
+) -> None:
     """Refuses to continue a run whose recorded config differs (see `RESUME_MODES`).
 
     resume="never": refuse any existing run. "auto": resume when the config is
@@ -335,13 +380,27 @@ def check_identity(logdir: pathlib.Path, config: dict[str, Any], resume: str) ->
     (`metarl.provenance.platform`: device kind and count, XLA flags, JAX's
     numerical settings) count as config fields ``software.<name>`` and
     ``platform.<name>``: a rerun on other code, libraries or devices needs
-    resume="force", and the earlier values are kept in ``<section>_before``.
+    resume="force", and the earlier values are kept in ``<section>_before``
+    (``config_before`` for forced config fields). `segments_done`: the segments
+    the run's checkpoints hold; asking for fewer is refused.
     """
     if resume not in RESUME_MODES:
         raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
     path = logdir / RUN_FILE
     now = _environment()
-    record = {**now, **{f"{s}_before": [] for s in ENVIRONMENT}, "config": config, "forced": []}
+    record = {
+        **now,
+        **{f"{s}_before": [] for s in (*ENVIRONMENT, "config")},
+        "config": config,
+        "forced": [],
+    }
+    leftovers = [p.name for p in (logdir / CHECKPOINTS, logdir / HISTORY) if p.exists()]
+    if not path.exists() and leftovers:
+        raise SystemExit(
+            f"{logdir} holds {' and '.join(leftovers)} but no {RUN_FILE}: the config they "
+            f"were made with is unknown, so they are neither resumed nor replaced. Put the "
+            f"run's {RUN_FILE} back, or start a new run with another --logdir"
+        )
     if path.exists():
         old = json.loads(path.read_text())
         if resume == "never":
@@ -349,7 +408,19 @@ def check_identity(logdir: pathlib.Path, config: dict[str, Any], resume: str) ->
                 f"{logdir} already holds a run (resume='never'): choose another --logdir, "
                 "or rerun with --resume auto to continue it"
             )
-        diff = _differences(old["config"], json.loads(json.dumps(config)))
+        if config.get("segments", segments_done) < segments_done:
+            raise SystemExit(
+                f"{logdir} holds {segments_done} finished segments; --segments "
+                f"{config['segments']} would end the run before them. Ask for at least "
+                f"{segments_done} (more extends the run)"
+            )
+        if unrecorded := [k for k in RECORDED_LATER if k in config and k not in old["config"]]:
+            print(
+                f"{path} records no {unrecorded} (written by an older metarl): not compared",
+                file=sys.stderr,
+            )
+        config_now = {k: v for k, v in config.items() if k not in unrecorded}
+        diff = _differences(old["config"], json.loads(json.dumps(config_now)))
         for section in ENVIRONMENT:  # other code, libraries or devices: forceable
             if section in old:
                 changed = _differences(old[section], now[section])
@@ -376,6 +447,8 @@ def check_identity(logdir: pathlib.Path, config: dict[str, Any], resume: str) ->
         for section in ENVIRONMENT:  # the values of the segments before each change
             earlier = [old[section]] if old.get(section, now[section]) != now[section] else []
             record[f"{section}_before"] = old.get(f"{section}_before", []) + earlier
+        earlier = {k: a for k, (a, _) in blocking.items() if k.split(".")[0] not in ENVIRONMENT}
+        record["config_before"] = old.get("config_before", []) + ([earlier] if earlier else [])
         if blocking:
             print(f"Resuming with changed fields (forced): {sorted(blocking)}", file=sys.stderr)
     tmp = path.with_suffix(".tmp")
@@ -397,6 +470,12 @@ class Run:
     ):
         if not isinstance(num_seeds, int) or num_seeds < 1:
             raise ValueError(f"num_seeds must be an integer >= 1, got {num_seeds!r}")
+        if exp.ppo.seed != seed:
+            raise ValueError(
+                f"the run's seed is {seed} but its PPO config says seed={exp.ppo.seed}: "
+                "run seeds from its seed argument; set PPOConfig(seed=...) to the same "
+                "value (RunArgs.seeded does) so that run.json records the seed used"
+            )
         self.exp, self.seed, self.num_seeds = exp, seed, num_seeds
         self.logdir = pathlib.Path(logdir)
         if compiled is not None and not compiled.fits(exp, num_seeds):
@@ -424,8 +503,9 @@ class Run:
         identity = _identity(
             self.exp, hparams, self.num_seeds, self.seed, steps_per_segment, segments
         )
-        check_identity(self.logdir, identity, resume)
-        self.hparams = hparams
+        done = checkpoint.latest_step(self.logdir / CHECKPOINTS)
+        check_identity(self.logdir, identity, resume, segments_done=done or 0)
+        self.identity = identity
         exp = self.exp
         keys = ppo.seed_keys(self.seed, self.num_seeds if self.num_seeds > 1 else None)
         k_train, k_env, k_cur = ppo.split_keys(keys, 3)
@@ -472,8 +552,12 @@ class Run:
             return
         try:
             state = checkpoint.restore(ckpt, like=self._state(0))
-        except checkpoint.CheckpointError as e:  # every step damaged, each moved aside
-            raise SystemExit(f"cannot resume {self.logdir}: {e}\nnothing was deleted") from None
+        except checkpoint.CheckpointError as e:  # damaged (moved aside), or another structure
+            raise SystemExit(
+                f"cannot resume {self.logdir}: {e}\nnothing was deleted (a checkpoint of "
+                "another structure was made by another config: start a new run with "
+                "another --logdir)"
+            ) from None
         self.ts, self.es, self.cstates = state["training"], state["env"], state["curriculum"]
         self.start = int(state["segment"])
         history = self.logdir / HISTORY
@@ -519,7 +603,7 @@ class Run:
             seed_contexts = contexts if self.num_seeds == 1 else ppo.select_seed(contexts, i)
             self._log(logger, step, metrics[i], ranges[i], seed_contexts, results[i])
         if self.num_seeds > 1:
-            self._log_aggregate(loggers[-1], step, results)
+            self._log_aggregate(loggers[-1], step, results, ranges)
         self.rows.append(self._row(k + 1, step, metrics, results))
         if k + 1 == segments:  # before the checkpoint: a rerun after it has nothing to log
             self.report(loggers)
@@ -550,26 +634,34 @@ class Run:
             {split: summary[split] for split in held},
             gap=summary.get("generalization_gap"),
             interpolation_gap=summary.get("interpolation_gap"),
-            stds={split: float(np.nanmean(r.std)) for split, r in held.items()},
+            stds={split: float(np.nanstd(r.mean)) for split, r in held.items()},
             by_episode=(
                 {split: np.nanmean(r.by_episode, 0) for split, r in held.items()}
                 if episodes > 1
                 else None
             ),
         )
-        self._log_heatmap(logger, step, result["heat"])
+        self._log_heatmap(logger, step, result["heat"], [ranges])
         logger.flush()
 
-    def _log_heatmap(self, logger: RunLogger, step: int, heat: np.ndarray) -> None:
+    def _log_heatmap(self, logger: RunLogger, step: int, heat: np.ndarray, ranges: list) -> None:
+        """The grid's mean returns, with the ranges trained on in this segment outlined
+        (their envelope over envs and, for the aggregate, over seeds)."""
         (x, xs), *rest = self.compiled.grid_axes.items()
         y, ys = rest[0] if rest else ("(none)", np.zeros(1))
-        intervals = self.exp.target.intervals()
-        box = [float(np.min(intervals[x][0])), float(np.max(intervals[x][1]))]
-        box += [float(np.min(intervals[y][0])), float(np.max(intervals[y][1]))] if rest else [0, 0]
+        spans = [_shared(r).intervals() for r in ranges]
+
+        def envelope(name):
+            return [
+                float(min(np.min(s[name][0]) for s in spans)),
+                float(max(np.max(s[name][1]) for s in spans)),
+            ]
+
+        box = envelope(x) + (envelope(y) if rest else [0, 0])
         # E.grid lists points x-major; the image wants rows over y.
         logger.log_heatmap(step, x, xs, y, ys, heat.reshape(len(xs), len(ys)).T, tuple(box))
 
-    def _log_aggregate(self, logger: RunLogger, step: int, results: list[dict]) -> None:
+    def _log_aggregate(self, logger: RunLogger, step: int, results: list[dict], ranges) -> None:
         summaries = [E.summarize(r["held"]) for r in results]
         scalars = {}
         for name in summaries[0]:
@@ -595,7 +687,7 @@ class Run:
                 for i, value in enumerate(np.mean(curves, 0), start=1):
                     scalars[episode_return_tag(split, i)] = float(value)
         logger.log_scalars(step, scalars)
-        self._log_heatmap(logger, step, np.mean([r["heat"] for r in results], 0))
+        self._log_heatmap(logger, step, np.mean([r["heat"] for r in results], 0), ranges)
         logger.flush()
 
     def _row(self, segment: int, step: int, metrics: list, results: list) -> dict[str, Any]:
@@ -622,8 +714,9 @@ class Run:
             }
             for j, v in enumerate(final.get("episodes", []), 1):
                 values[f"episode_{j}"] = v[i] if isinstance(v, list) else v
-            hparams = self.hparams if self.hparams is not None else self.exp.ppo
-            logger.log_hparams(hparams, values)
+            # what ran (run.json's config: the PPO and eval settings of this experiment,
+            # not the script's defaults a variant replaced), with this seed
+            logger.log_hparams({**self.identity, "seed": self.seeds[i]}, values)
             logger.flush()
 
 
@@ -660,31 +753,71 @@ def run(
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if resume not in RESUME_MODES:
         raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
+    if jax.process_count() > 1:
+        raise ValueError(
+            f"run drives one process, and this is process {jax.process_index()} of "
+            f"{jax.process_count()}: its checkpoints and logs are not written for several "
+            "hosts yet. On several hosts, train with metarl.agents.ppo (make_train_space, "
+            "run_train) in your own loop"
+        )
     r = Run(exp, logdir, seed, num_seeds, compiled)
-    r.setup(hparams, resume, steps_per_segment, segments)
-    r.resume()
-    names = list(exp.target)
-    purge = r.space.env_steps(r.ts) + 1 if r.start else None
-    if progress:
-        print(_line(_columns(num_seeds).values()))
     with contextlib.ExitStack() as stack, _interruptible() as flag:
-        loggers = [stack.enter_context(RunLogger(d, names, purge_step=purge)) for d in r._logdirs()]
-        for k in range(r.start, segments):
-            try:
-                r.segment(k, segments, steps_per_segment, loggers, flag, progress)
-            except _InterruptedError:
-                done = checkpoint.latest_step(r.logdir / CHECKPOINTS)
-                print(
-                    f"\nInterrupted during segment {k + 1}: the checkpoint after segment "
-                    f"{done or 0} is kept. Resume by rerunning the same command.",
-                    file=sys.stderr,
-                )
-                raise SystemExit(130) from None
-            if progress:
-                tqdm.write(_line(_cells(r.rows[-1], num_seeds)))
+        stack.enter_context(_exclusive(r.logdir))
+        _segments(r, stack, flag, segments, steps_per_segment, hparams, resume, progress)
     if table:
         print_table(r.rows, logdir)
     return r.rows
+
+
+@contextlib.contextmanager
+def _exclusive(logdir: pathlib.Path):
+    """Holds ``<logdir>/.lock`` for the run: a second process started on the same
+    logdir would delete or overwrite what the first one writes, so it is refused."""
+    logdir.mkdir(parents=True, exist_ok=True)
+    with open(logdir / LOCK_FILE, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise SystemExit(
+                f"{logdir} is in use by {holder}: wait for it to finish, or choose another --logdir"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"process {os.getpid()} on {socket.gethostname()}")
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _segments(r: Run, stack, flag, segments, steps_per_segment, hparams, resume, progress):
+    """`run`'s stages, inside its lock and signal handlers."""
+    r.setup(hparams, resume, steps_per_segment, segments)
+    r.resume()
+    purge = r.space.env_steps(r.ts) + 1 if r.start else None
+    if progress:
+        print(_line(_columns(r.num_seeds).values()))
+    names, units = list(r.exp.target), context_units(r.exp.target)
+    loggers = [
+        stack.enter_context(RunLogger(d, names, purge_step=purge, units=units))
+        for d in r._logdirs()
+    ]
+    for k in range(r.start, segments):
+        try:
+            r.segment(k, segments, steps_per_segment, loggers, flag, progress)
+        except _InterruptedError:
+            done = checkpoint.latest_step(r.logdir / CHECKPOINTS)
+            print(
+                f"\nInterrupted during segment {k + 1}: the checkpoint after segment "
+                f"{done or 0} is kept. Resume by rerunning the same command.",
+                file=sys.stderr,
+            )
+            raise SystemExit(130) from None
+        if progress:
+            tqdm.write(_line(_cells(r.rows[-1], r.num_seeds)))
 
 
 def run_variants(

@@ -7,14 +7,15 @@ Tags (``step`` is always the environment-step count):
 * ``curriculum/<context>/low`` and ``/high``: current range of each context dimension
   (the min of ``low`` and the max of ``high`` over elements and envs).
 * ``context/<context>``: histogram of the sampled contexts.
-* ``eval/<split>/return`` and ``eval/<split>/return_std``, splits ``train``,
+* ``eval/<split>/return`` and ``eval/<split>/return_std`` (the spread over the
+  split's contexts of their mean returns), splits ``train``,
   ``interpolation``, ``extrapolation``, ``extrapolation_low``, ``extrapolation_high``
   (others allowed); ``eval/generalization_gap`` (train minus the worse extrapolation
   side); ``eval/interpolation_gap`` (train minus interpolation);
   ``eval/<split>/episode_<i>/return``: mean return of the i-th episode of a
   trial (i = 1..k), the adaptation curve of an agent that learns within a trial.
 * ``eval/heatmap``: image of the mean return over a 2-D context grid, every cell
-  labelled, the training region outlined; logged at every segment.
+  labelled, the ranges trained on in that segment outlined; logged at every segment.
 * With several seeds, ``<logdir>/seed_<s>`` holds each seed's run and
   ``<logdir>/aggregate`` the ``<tag>`` mean, ``<tag>/iqm``, ``<tag>/ci_low`` and
   ``<tag>/ci_high`` over seeds of every eval scalar (see `metarl.stats`).
@@ -100,11 +101,12 @@ def _scalar(value: Any) -> float | None:
 
 
 def context_units(space: ContextSpace) -> dict[str, str]:
-    """Units of each name of `space`: "x default" if relative, a quantity's units, or ""."""
+    """Units of each name of `space`: "x default" if relative, a quantity's units (an
+    element's, e.g. ``mass[torso]``, are its quantity's), or ""."""
     from metarl.contexts.quantities import QUANTITIES
 
     return {
-        n: "x default" if d.relative else getattr(QUANTITIES.get(n), "units", "")
+        n: "x default" if d.relative else getattr(QUANTITIES.get(n.split("[")[0]), "units", "")
         for n, d in space.items()
     }
 

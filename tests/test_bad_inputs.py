@@ -383,6 +383,38 @@ ROWS = [
         ValueError,
         "steps_per_segment must be",
     ),
+    ("eval contexts 0", lambda: experiment.EvalConfig(contexts=0), ValueError, "eval.contexts"),
+    ("eval episodes 0", lambda: experiment.EvalConfig(episodes=0), ValueError, "eval.episodes"),
+    (
+        "eval heatmap_points 1",
+        lambda: experiment.EvalConfig(heatmap_points=1),
+        ValueError,
+        "eval.heatmap_points must be an integer >= 2",
+    ),
+    (
+        "eval factor 1",
+        lambda: experiment.EvalConfig(extrapolation_factor=1.0),
+        ValueError,
+        "extrapolation_factor must be a number > 1",
+    ),
+    (
+        "eval heatmap 3 names",
+        lambda: experiment.EvalConfig(heatmap=("a", "b", "c")),
+        ValueError,
+        "one or two context names",
+    ),
+    (
+        "eval heatmap twice",
+        lambda: experiment.EvalConfig(heatmap=("a", "a")),
+        ValueError,
+        "names one context twice",
+    ),
+    (
+        "run args ppo seed",
+        lambda: experiment.RunArgs(seed=3).seeded(ppo.PPOConfig(seed=7)),
+        SystemExit,
+        "--ppo.seed 7 and --seed 3 disagree",
+    ),
 ]
 
 

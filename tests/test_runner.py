@@ -100,8 +100,11 @@ def test_a_restart_before_the_first_checkpoint_leaves_no_duplicate_points(exp, c
 def test_a_rerun_with_another_config_refuses_and_names_the_fields(exp, compiled, tmp_path):
     logdir = tmp_path / "run"
     _run(exp, compiled, logdir, 1)
+    other_seed = replace(exp, ppo=replace(CONFIG, seed=1))
     with pytest.raises(SystemExit, match=r"(?s)another config.*\bseed\b.*cannot be forced"):
-        _run(exp, compiled, logdir, 1, seed=1)
+        _run(other_seed, compiled, logdir, 1, seed=1)
+    with pytest.raises(ValueError, match="run's seed is 1 but its PPO config says seed=0"):
+        _run(exp, compiled, logdir, 1, seed=1)  # run.json would record a seed not used
     with pytest.raises(SystemExit, match="resume='never'"):
         _run(exp, compiled, logdir, 1, resume="never")
     changed = {"lr": 1.0}
@@ -110,10 +113,44 @@ def test_a_rerun_with_another_config_refuses_and_names_the_fields(exp, compiled,
         _run(exp, compiled, tmp_path / "h", 1, hparams={"lr": 2.0})
     rows = _run(exp, compiled, tmp_path / "h", 2, hparams={"lr": 2.0}, resume="force")
     assert [r["segment"] for r in rows] == [1, 2]
+    record = json.loads((tmp_path / "h" / experiment.RUN_FILE).read_text())
+    assert record["forced"] == [["lr"]] and record["config_before"] == [{"lr": 1.0}]
     rows = _run(exp, compiled, logdir, 2)  # more segments: the run is extended
     assert [r["segment"] for r in rows] == [1, 2]
     with pytest.raises(ValueError, match="resume must be one of"):
         _run(exp, compiled, logdir, 2, resume="sometimes")
+
+
+def test_a_logdir_with_checkpoints_but_no_run_record_is_never_resumed(exp, compiled, tmp_path):
+    """Without run.json the checkpoints' config is unknown: a rerun with another seed or
+    config would continue them and record its own config as theirs."""
+    logdir = tmp_path / "run"
+    _run(exp, compiled, logdir, 1)
+    (logdir / experiment.RUN_FILE).unlink()
+    for resume in experiment.RESUME_MODES:
+        with pytest.raises(SystemExit, match="holds checkpoints and history.json but no run.json"):
+            _run(exp, compiled, logdir, 2, resume=resume)
+    assert checkpoint.latest_step(logdir / experiment.CHECKPOINTS) == 1  # nothing touched
+
+
+def test_fewer_segments_than_a_run_holds_are_refused(exp, compiled, tmp_path):
+    logdir = tmp_path / "run"
+    _run(exp, compiled, logdir, 2)
+    with pytest.raises(SystemExit, match="holds 2 finished segments; --segments 1"):
+        _run(exp, compiled, logdir, 1)
+    record = json.loads((logdir / experiment.RUN_FILE).read_text())
+    assert record["config"]["segments"] == 2  # not rewritten
+
+
+def test_a_logdir_in_use_by_another_run_is_refused(exp, compiled, tmp_path):
+    """A second process on a live logdir would delete the first one's event file and
+    history on its fresh start, and interleave checkpoints."""
+    logdir = tmp_path / "run"
+    with experiment._exclusive(logdir):  # as a run in another process holds it
+        with pytest.raises(SystemExit, match=f"in use by process {os.getpid()}"):
+            _run(exp, compiled, logdir, 1)
+    assert not (logdir / experiment.RUN_FILE).exists()
+    assert [r["segment"] for r in _run(exp, compiled, logdir, 1)] == [1]  # released
 
 
 def test_a_rerun_on_other_software_refuses_unless_forced(exp, compiled, tmp_path, capsys):
@@ -184,6 +221,11 @@ def test_the_run_identity_holds_what_changes_the_numbers(exp):
     pendulum.sys = pendulum.sys.tree_replace({"geom_friction": pendulum.sys.geom_friction * 2})
     edited = make_contextual(pendulum, TARGET, episode_length=50)
     assert changed(identity(replace(exp, env=edited))) == ["env.model"]
+    # the reset strategy: strategies agree only to float rounding on a GPU
+    looped = make_contextual("inverted_pendulum", TARGET, episode_length=50, reset_strategy="loop")
+    assert changed(identity(replace(exp, env=looped))) == ["experiment.env.reset_strategy"]
+    chunked = make_contextual("inverted_pendulum", TARGET, episode_length=50, reset_chunk=0.5)
+    assert changed(identity(replace(exp, env=chunked))) == ["experiment.env.reset_chunk"]
     assert identity(exp) == base  # the same in every call
 
 
@@ -317,6 +359,10 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path):
         assert scalars["eval/interpolation_gap"][0][1] == pytest.approx(gap, abs=1e-3)
         gaps.append(gap)
     assert agg["eval/interpolation_gap"][0][1] == pytest.approx(np.mean(gaps), abs=1e-3)
+    # return_std: the spread over a split's contexts (one episode each here, so the
+    # spread over episodes within a context would be 0)
+    stds = [read_scalars(tmp_path / "seed_0")[f"eval/{s}/return_std"][0][1] for s in ("train",)]
+    assert all(v > 0 for v in stds), stds
     for suffix in ("", "/iqm", "/ci_low", "/ci_high"):
         assert f"eval/extrapolation_high/return{suffix}" in agg
     (_, low), (_, high) = agg["eval/train/return/ci_low"][0], agg["eval/train/return/ci_high"][0]
@@ -326,6 +372,33 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path):
     want = stats.summarize(rows[0]["train"])
     for suffix, value in (("/iqm", want.iqm), ("/ci_low", want.ci_low), ("/ci_high", want.ci_high)):
         assert agg[f"eval/train/return{suffix}"][0][1] == pytest.approx(value, rel=1e-5, abs=1e-3)
+
+
+def test_the_heatmap_outlines_the_ranges_trained_on_in_each_segment(
+    exp, compiled, tmp_path, monkeypatch
+):
+    drawn = []
+
+    def log_heatmap(self, step, x_name, xs, y_name, ys, returns, train_box=None):
+        drawn.append(
+            (pathlib.Path(self.logdir).name, step, x_name, self.units.get(x_name), train_box)
+        )
+
+    monkeypatch.setattr(RunLogger, "log_heatmap", log_heatmap)
+    _run(exp, compiled, tmp_path / "one", 2)
+    _run(exp, None, tmp_path / "two", 1, num_seeds=2)
+    curriculum = exp.curriculum  # LinearWidening: the ranges widen at every segment
+    state = curriculum.init(TARGET, defaults=exp.env.default_context())
+    trained = {STEPS: curriculum.ranges(state)}
+    state = curriculum.update(state, {"eval_return": 0.0, "episode_return": 0.0})
+    trained[2 * STEPS] = curriculum.ranges(state)
+    assert trained[STEPS].intervals()["gravity"] != trained[2 * STEPS].intervals()["gravity"]
+    for run, step, x_name, units, box in drawn:
+        spans = trained[step].intervals()
+        (g_lo, g_hi), (m_lo, m_hi) = (spans[n] for n in ("gravity", "mass"))
+        assert (x_name, units) == ("gravity", "m/s^2"), run  # the aggregate knows units too
+        np.testing.assert_allclose(box, [g_lo, g_hi, m_lo, m_hi], rtol=1e-6, err_msg=run)
+    assert {d[0] for d in drawn} == {"one", "seed_0", "seed_1", "aggregate"}
 
 
 def test_ctrl_c_keeps_the_checkpoint_and_exits_without_a_traceback(tmp_path):

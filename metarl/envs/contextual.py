@@ -106,6 +106,7 @@ class ContextualEnv(Env):
         if check_strategy(reset_strategy) == "auto" and self.backend != "mjx":
             reset_strategy = "pool"
         self.reset_strategy = reset_strategy
+        self.reset_chunk = reset_chunk
         if reset_strategy == "pool":
             self._select = pooled_where_done(self._fresh, reset_chunk)
         else:
