@@ -50,7 +50,7 @@ from tqdm import tqdm
 from metarl import checkpoint, provenance, stats
 from metarl import evaluation as E
 from metarl.agents import ppo
-from metarl.contexts import ContextSpace, PerEnv
+from metarl.contexts import ContextSpace, LogUniform, PerEnv
 from metarl.envs import CONTEXT, ContextualEnv
 from metarl.tensorboard import RunLogger, context_units, episode_return_tag, flatten_hparams
 from metarl.trees import to_numpy
@@ -196,6 +196,13 @@ def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
     for name in names:
         lo, hi = exp.target.intervals()[name]
         lo, hi = float(np.min(lo)), float(np.max(hi))
+        if isinstance(exp.target[name], LogUniform):  # in log space, as its draws and E.grid
+            centre, half = math.log(lo * hi) / 2, math.log(hi / lo) / 2
+            half *= exp.eval.extrapolation_factor
+            axes[name] = np.geomspace(
+                math.exp(centre - half), math.exp(centre + half), exp.eval.heatmap_points
+            )
+            continue
         centre, half = (lo + hi) / 2, (hi - lo) / 2 * exp.eval.extrapolation_factor
         axes[name] = np.linspace(centre - half, centre + half, exp.eval.heatmap_points)
         lower = exp.env.binding.lower_limit(name) if name in exp.env.space else None

@@ -191,6 +191,9 @@ def _grid_position(values: np.ndarray, v: float) -> float:
     """Where value `v` lies in image coordinates of a grid axis (cell i is centred at i)."""
     if values.size == 1:
         return 0.0
+    ratios = values[1:] / values[:-1] if np.all(values > 0) else None
+    if ratios is not None and np.allclose(ratios, ratios[0]) and not np.isclose(ratios[0], 1):
+        values, v = np.log(values), math.log(v) if v > 0 else -math.inf  # a geometric grid
     return float(np.interp(v, values, np.arange(values.size), left=-0.5, right=values.size - 0.5))
 
 

@@ -71,6 +71,29 @@ def test_log_uniform_sets_are_placed_in_log_space():
     assert np.all((values > 0) & (values < 0.2))
 
 
+def test_the_heatmap_of_a_log_uniform_range_spans_its_extrapolation_in_log_space():
+    """The heatmap's grid covers what the extrapolation splits cover: for mass x0.25-4,
+    x0.125-8 geometrically (x1 in the middle cell). A linear grid ran from x-0.8 (clipped
+    to ~0) to x5.1: half its cells below the geometric centre's x1 sat in [0, 1]."""
+    from metarl import experiment
+    from metarl.tensorboard import _grid_position
+
+    target = C.ContextSpace({"mass": C.LogUniform(0.25, 4.0, relative=True)})
+    exp = experiment.Experiment(
+        env=make_contextual("inverted_pendulum", target),
+        target=target,
+        curriculum=None,
+        ppo=None,
+        eval=experiment.EvalConfig(heatmap_points=5, extrapolation_factor=1.5),
+    )
+    axis = experiment._heatmap_axes(exp)["mass"]
+    np.testing.assert_allclose(axis, [0.125, 0.35355, 1.0, 2.8284, 8.0], rtol=1e-4)
+    # the training box sits where its bounds lie on that axis: x0.25 and x4, in log steps
+    assert _grid_position(axis, 0.25) == pytest.approx(2 / 3)
+    assert _grid_position(axis, 4.0) == pytest.approx(4 - 2 / 3)
+    assert _grid_position(np.array([0.0, 1.0, 2.0]), 0.5) == pytest.approx(0.5)  # linear
+
+
 def test_a_scale_of_a_signed_quantity_keeps_its_sign():
     """actuator_gain may be negative (a reversed motor), but x0.2-2 extrapolates to weaker
     motors of the same sign, not through 0 (the motor off) to reversed ones."""
