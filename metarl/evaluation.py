@@ -227,6 +227,11 @@ class EvalResult:
     mean: np.ndarray  # [C]
     std: np.ndarray  # [C]
     by_episode: np.ndarray  # [C, episodes_per_trial]: mean return of the i-th episode of a trial
+    # [C, episodes] bool: the episode was cut because its physics went non-finite (NaN or
+    # inf); its return is what it earned until then, counted in `mean` like any other
+    # early end, and reported (eval/<split>/nonfinite_episodes) so that a return made
+    # from a simulator's failure is seen as one
+    nonfinite: np.ndarray
 
 
 class Evaluator:
@@ -251,13 +256,14 @@ class Evaluator:
         state = jax.vmap(env.reset)(jax.random.split(key, n), ranges)
         carry = policy.init_carry(n)
         returns = jnp.full((n, k), jnp.nan, jnp.float32)
+        nonfinite = jnp.zeros((n, k), bool)
 
         def cond(c):
-            t, _, _, _, active = c
+            t, _, _, _, _, active = c
             return (t < k * env.episode_length) & jnp.any(active)
 
         def body(c):
-            t, state, carry, returns, active = c
+            t, state, carry, returns, nonfinite, active = c
             action, carry = policy(state.obs, carry)
             state = jax.vmap(env.step)(state, action)
             carry = policy.observe(carry, action, state)
@@ -265,10 +271,12 @@ class Evaluator:
             ended = (state.done > 0) & active
             slot = jax.nn.one_hot(trial.episode - 1 + k * trial.new_trial.astype(jnp.int32), k) > 0
             returns = jnp.where(ended[:, None] & slot, trial.episode_return[:, None], returns)
-            return t + 1, state, carry, returns, active & (trial.new_trial == 0)
+            cut = (ended & (trial.nonfinite > 0))[:, None] & slot
+            nonfinite = nonfinite | cut
+            return t + 1, state, carry, returns, nonfinite, active & (trial.new_trial == 0)
 
-        init = (jnp.int32(0), state, carry, returns, jnp.ones((n,), bool))
-        return jax.lax.while_loop(cond, body, init)[3]
+        init = (jnp.int32(0), state, carry, returns, nonfinite, jnp.ones((n,), bool))
+        return jax.lax.while_loop(cond, body, init)[3:5]
 
     def evaluate(self, policy, contexts: ContextSet, key: jax.Array) -> EvalResult:
         """Mean and std of episode returns per context (deterministic for a fixed key)."""
@@ -278,7 +286,7 @@ class Evaluator:
         idx = np.minimum(np.arange(self.max_contexts), c - 1)
         spaces = [self.env.space.pinned({n: v[i] for n, v in contexts.values.items()}) for i in idx]
         ranges = jax.tree.map(lambda *x: np.repeat(np.stack(x), self.trials, axis=0), *spaces)
-        raw = np.asarray(self._run(policy, ranges, key))  # [contexts * trials, k]
+        raw, cut = map(np.asarray, self._run(policy, ranges, key))  # [contexts * trials, k]
         per_context = raw.reshape(self.max_contexts, -1)[:c, : self.episodes]
         per_trial = raw.reshape(self.max_contexts, self.trials, -1)[:c]
         with warnings.catch_warnings():  # an episode slot no trial reached stays NaN
@@ -290,6 +298,7 @@ class Evaluator:
             mean=np.nanmean(per_context, axis=1),
             std=np.nanstd(per_context, axis=1),
             by_episode=by_episode,
+            nonfinite=cut.reshape(self.max_contexts, -1)[:c, : self.episodes],
         )
 
 

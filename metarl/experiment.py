@@ -52,7 +52,13 @@ from metarl import evaluation as E
 from metarl.agents import ppo
 from metarl.contexts import ContextSpace, LogUniform, PerEnv
 from metarl.envs import CONTEXT, ContextualEnv
-from metarl.tensorboard import RunLogger, context_units, episode_return_tag, flatten_hparams
+from metarl.tensorboard import (
+    RunLogger,
+    context_units,
+    episode_return_tag,
+    flatten_hparams,
+    nonfinite_tag,
+)
 from metarl.trees import to_numpy
 
 HISTORY = "history.json"
@@ -642,6 +648,7 @@ class Run:
             gap=summary.get("generalization_gap"),
             interpolation_gap=summary.get("interpolation_gap"),
             stds={split: float(np.nanstd(r.mean)) for split, r in held.items()},
+            nonfinite={split: int(r.nonfinite.sum()) for split, r in held.items()},
             by_episode=(
                 {split: np.nanmean(r.by_episode, 0) for split, r in held.items()}
                 if episodes > 1
@@ -688,6 +695,9 @@ class Run:
                     f"{tag}/ci_high": agg.ci_high,
                 }
             )
+        for split in results[0]["held"]:  # episodes cut by non-finite physics, all seeds
+            cut = sum(int(r["held"][split].nonfinite.sum()) for r in results)
+            scalars[nonfinite_tag(split)] = float(cut)
         if self.exp.env.episodes_per_trial > 1:
             for split in results[0]["held"]:
                 curves = np.stack([np.nanmean(r["held"][split].by_episode, 0) for r in results])
@@ -704,6 +714,10 @@ class Run:
         for split in (*SPLITS, "generalization_gap", "interpolation_gap"):
             if split in summaries[0]:
                 row[split] = self._per_seed([s[split] for s in summaries])
+        row["nonfinite_episodes"] = {  # held-out episodes cut by non-finite physics
+            split: self._per_seed([int(r["held"][split].nonfinite.sum()) for r in results])
+            for split in results[0]["held"]
+        }
         if self.exp.env.episodes_per_trial > 1 and "train" in results[0]["held"]:
             # the adaptation curve: mean return of the i-th episode of a trial, per seed
             curves = [np.nanmean(r["held"]["train"].by_episode, 0) for r in results]
@@ -717,7 +731,9 @@ class Run:
         final = self.rows[-1]
         for i, logger in enumerate(loggers[: self.num_seeds]):
             values = {
-                k: v[i] if isinstance(v, list) else v for k, v in final.items() if k != "episodes"
+                k: v[i] if isinstance(v, list) else v
+                for k, v in final.items()
+                if k not in ("episodes", "nonfinite_episodes")
             }
             for j, v in enumerate(final.get("episodes", []), 1):
                 values[f"episode_{j}"] = v[i] if isinstance(v, list) else v
@@ -908,7 +924,22 @@ def print_table(rows: list[dict], logdir: str | os.PathLike) -> None:
     if num_seeds > 1 and "train" in rows[-1]:
         finals = " ".join(f"{v:.1f}" for v in rows[-1]["train"])
         print(f"\nFinal eval train return per seed: {finals}")
+    if cut := _nonfinite_note(rows[-1]):
+        print(f"\n{cut}")
     print(f"\nDashboard: tensorboard --logdir {logdir}")
+
+
+def _nonfinite_note(row: dict) -> str:
+    """A line naming the held-out episodes the last evaluation cut for non-finite
+    physics (their returns count up to the cut), or "" if there were none."""
+    counts = {split: int(np.sum(n)) for split, n in row.get("nonfinite_episodes", {}).items()}
+    if not any(counts.values()):
+        return ""
+    listed = ", ".join(f"{split} {n}" for split, n in counts.items() if n)
+    return (
+        f"Held-out episodes cut by non-finite physics (NaN/inf; each returns what it "
+        f"earned until the cut), over all seeds: {listed}"
+    )
 
 
 def print_comparison(results: dict[str, list[dict]], logdir: str | os.PathLike) -> None:
@@ -921,6 +952,8 @@ def print_comparison(results: dict[str, list[dict]], logdir: str | os.PathLike) 
         if "episodes" in rows[-1]:
             curve = "  ".join(f"{i}: {_cell(v)}" for i, v in enumerate(rows[-1]["episodes"], 1))
             print(f"{name} adaptation curve (eval train, episode i of a trial): {curve}")
+        if cut := _nonfinite_note(rows[-1]):
+            print(f"{name}: {cut}")
     print(f"\nDashboard: tensorboard --logdir {logdir}")
 
 

@@ -13,7 +13,9 @@ Tags (``step`` is always the environment-step count):
   (others allowed); ``eval/generalization_gap`` (train minus the worse extrapolation
   side); ``eval/interpolation_gap`` (train minus interpolation);
   ``eval/<split>/episode_<i>/return``: mean return of the i-th episode of a
-  trial (i = 1..k), the adaptation curve of an agent that learns within a trial.
+  trial (i = 1..k), the adaptation curve of an agent that learns within a trial;
+  ``eval/<split>/nonfinite_episodes``: its episodes cut because the physics went
+  NaN or inf (their returns count up to the cut; the aggregate sums the seeds).
 * ``eval/heatmap``: image of the mean return over a 2-D context grid, every cell
   labelled, the ranges trained on in that segment outlined; logged at every segment.
 * With several seeds, ``<logdir>/seed_<s>`` holds each seed's run and
@@ -79,6 +81,11 @@ def context_tag(name: str) -> str:
 def eval_return_tag(split: str, std: bool = False) -> str:
     """Mean evaluation return on a split (its standard deviation if `std`)."""
     return clean_tag(f"eval/{split}/return" + ("_std" if std else ""))
+
+
+def nonfinite_tag(split: str) -> str:
+    """Episodes of a split cut because the physics went non-finite (NaN or inf)."""
+    return clean_tag(f"eval/{split}/nonfinite_episodes")
 
 
 def episode_return_tag(split: str, episode: int) -> str:
@@ -288,12 +295,16 @@ class RunLogger:
         stds: Mapping[str, float] | None = None,
         by_episode: Mapping[str, Sequence[float]] | None = None,
         interpolation_gap: float | None = None,
+        nonfinite: Mapping[str, int] | None = None,
     ) -> None:
         """eval/<split>/return (and return_std) per split, eval/generalization_gap
-        (`gap`), eval/interpolation_gap, and eval/<split>/episode_<i>/return for
-        `by_episode[split][i - 1]` (trials of several episodes)."""
+        (`gap`), eval/interpolation_gap, eval/<split>/episode_<i>/return for
+        `by_episode[split][i - 1]` (trials of several episodes), and
+        eval/<split>/nonfinite_episodes (`nonfinite`: episodes cut for NaN/inf physics)."""
         for split, value in returns.items():
             self._add(eval_return_tag(split), value, step)
+        for split, value in (nonfinite or {}).items():
+            self._add(nonfinite_tag(split), value, step)
         for split, value in (stds or {}).items():
             self._add(eval_return_tag(split, std=True), value, step)
         for split, values in (by_episode or {}).items():

@@ -1,12 +1,16 @@
 """Held-out context sets lie where their split says: interpolation inside every
 element's own training interval, extrapolation outside it and physical."""
 
+import flax
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from metarl import contexts as C
 from metarl import evaluation as E
 from metarl.envs import make_contextual
+from metarl.envs.toy import Puck
 
 # Per-element intervals that differ: cart x0.5-1, pole x2-4 (no single value fits both).
 MASS = C.Scale(np.array([0.5, 2.0]), np.array([1.0, 4.0]), per_element=True)
@@ -150,3 +154,38 @@ def test_an_angle_is_extrapolated_modulo_a_turn():
         wrapped = (angle + np.pi) % (2 * np.pi) - np.pi
         assert np.all(np.abs(wrapped) > 2.5 - 1e-6), side  # outside the arc, modulo a turn
         assert np.all(np.abs(angle) <= np.pi + 1e-6)  # not halfway round into the other side
+
+
+@flax.struct.dataclass
+class _Push:
+    """A fixed policy (always push +1), as the evaluator calls one."""
+
+    def init_carry(self, n):
+        return jnp.zeros((n,))
+
+    def __call__(self, obs, carry):
+        return jnp.ones((obs.shape[0], 1)), carry
+
+    def observe(self, carry, action, state):
+        return carry
+
+
+def test_the_evaluator_counts_episodes_cut_by_non_finite_physics():
+    """A stiff spring with a long timestep blows up: its episodes end at the cut and are
+    counted, context by context (before, the evaluator averaged their partial returns
+    with no sign that the simulator, not the policy, had ended them)."""
+    space = C.ContextSpace({"stiffness": C.Uniform(1.0, 1e4), "timestep": C.Uniform(0.01, 0.2)})
+    env = make_contextual(Puck(), space, episode_length=60)
+    contexts = E.ContextSet(
+        "extrapolation",
+        {
+            "stiffness": np.array([1.0, 1e4, 1.0], np.float32),
+            "timestep": np.array([0.01, 0.2, 0.01], np.float32),
+        },
+    )
+    result = E.Evaluator(env, episodes=3, max_contexts=4).evaluate(
+        _Push(), contexts, jax.random.key(0)
+    )
+    assert result.nonfinite.shape == (3, 3)
+    np.testing.assert_array_equal(result.nonfinite.sum(1), [0, 3, 0])
+    assert np.all(np.isfinite(result.returns))  # cut, not NaN

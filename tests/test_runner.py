@@ -365,6 +365,10 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path):
     assert all(v > 0 for v in stds), stds
     for suffix in ("", "/iqm", "/ci_low", "/ci_high"):
         assert f"eval/extrapolation_high/return{suffix}" in agg
+    # episodes cut by non-finite physics: counted per seed and split (none here)
+    assert rows[0]["nonfinite_episodes"]["extrapolation_low"] == [0, 0]
+    assert agg["eval/extrapolation_low/nonfinite_episodes"][0][1] == 0
+    assert read_scalars(tmp_path / "seed_1")["eval/train/nonfinite_episodes"][0][1] == 0
     (_, low), (_, high) = agg["eval/train/return/ci_low"][0], agg["eval/train/return/ci_high"][0]
     assert low <= min(rows[0]["train"]) + 1e-3 and high >= max(rows[0]["train"]) - 1e-3
     # The same estimand as the printed table: one score per seed (its mean over the
@@ -425,3 +429,14 @@ def test_ctrl_c_keeps_the_checkpoint_and_exits_without_a_traceback(tmp_path):
     assert "Traceback" not in out and "KeyboardInterrupt" not in out
     assert "Resume by rerunning the same command" in out
     assert checkpoint.latest_step(logdir / "checkpoints") >= 1
+
+
+def test_the_table_names_held_out_episodes_cut_by_non_finite_physics(capsys):
+    row = {"segment": 1, "env_steps": 10, "train_return": [1.0, 2.0], "train": [3.0, 4.0]}
+    experiment.print_table([{**row, "nonfinite_episodes": {"train": [0, 0]}}], "logs")
+    assert "non-finite" not in capsys.readouterr().out
+    cut = {"train": [0, 0], "extrapolation_high": [2, 1]}
+    experiment.print_table([{**row, "nonfinite_episodes": cut}], "logs")
+    out = capsys.readouterr().out
+    assert "cut by non-finite physics" in out and "extrapolation_high 3" in out
+    assert "train 0" not in out
