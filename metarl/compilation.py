@@ -1,26 +1,49 @@
-"""Counting XLA compilations, to prove that a loop does not recompile."""
+"""Counting XLA compilations, to prove that a loop does not recompile, and timing
+them, to leave them out of a throughput."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Iterator
 
 import jax
 
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+# JAX's events for the stages that turn a function into an executable: tracing to a
+# jaxpr, lowering to MLIR and XLA's compilation (or its load from the persistent cache)
+COMPILE_STAGES = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    BACKEND_COMPILE,
+)
 
 
 @dataclasses.dataclass
 class CompileCount:
-    """Number of XLA backend compilations seen so far inside the block."""
+    """Number of XLA backend compilations seen so far inside the block, and the wall
+    time spans of every compile stage (`seconds`: their union)."""
 
     count: int = 0
+    spans: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        """Wall time spent compiling: a stage nested in another (a trace inside a
+        trace, a compile inside a trace) counts once."""
+        total, reach = 0.0, -math.inf
+        for start, end in sorted(self.spans):
+            start = max(start, reach)
+            total += max(0.0, end - start)
+            reach = max(reach, end)
+        return total
 
 
 @contextlib.contextmanager
 def count_compilations() -> Iterator[CompileCount]:
-    """Counts backend compilations (JAX's `BACKEND_COMPILE` monitoring event).
+    """Counts backend compilations (JAX's `BACKEND_COMPILE` monitoring event) and
+    times the compile stages.
 
     >>> with count_compilations() as c:
     ...     state = run_segment(state)
@@ -32,8 +55,14 @@ def count_compilations() -> Iterator[CompileCount]:
         if event == BACKEND_COMPILE:
             counter.count += 1
 
+    def spans(event: str, start: float, end: float, **kwargs) -> None:
+        if event in COMPILE_STAGES:
+            counter.spans.append((start, end))
+
     jax.monitoring.register_event_duration_secs_listener(listener)
+    jax.monitoring.register_event_time_span_listener(spans)
     try:
         yield counter
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
+        jax.monitoring.unregister_event_time_span_listener(spans)

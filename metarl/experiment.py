@@ -637,8 +637,9 @@ class Run:
     def _log(self, logger: RunLogger, step, metrics, ranges, contexts, result) -> None:
         held = result["held"]
         summary = E.summarize(held)
-        logger.log_train(step, {k: v for k, v in metrics.items() if np.ndim(v) == 0})
-        logger.log_train(step, {}, metrics["env_steps_per_sec"])
+        scalars = {k: v for k, v in metrics.items() if np.ndim(v) == 0 and k != "compile_seconds"}
+        logger.log_train(step, scalars)
+        logger.log_train(step, {}, metrics["env_steps_per_sec"], metrics["compile_seconds"])
         logger.log_ranges(step, _shared(ranges))
         logger.log_contexts(step, contexts)
         episodes = self.exp.env.episodes_per_trial

@@ -3,7 +3,8 @@
 Tags (``step`` is always the environment-step count):
 
 * ``train/return``: mean training episode return of a segment; ``train/<name>``: any
-  other scalar training metric (losses, ...); ``perf/env_steps_per_sec``: throughput.
+  other scalar training metric (losses, ...); ``perf/env_steps_per_sec``: throughput
+  (compilation left out), ``perf/compile_seconds``: time spent compiling in the segment.
 * ``curriculum/<context>/low`` and ``/high``: current range of each context dimension
   (the min of ``low`` and the max of ``high`` over elements and envs).
 * ``context/<context>``: histogram of the sampled contexts.
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 
 TRAIN_RETURN = "train/return"
 ENV_STEPS_PER_SEC = "perf/env_steps_per_sec"
+COMPILE_SECONDS = "perf/compile_seconds"
 GENERALIZATION_GAP = "eval/generalization_gap"
 INTERPOLATION_GAP = "eval/interpolation_gap"
 HEATMAP = "eval/heatmap"
@@ -262,14 +264,21 @@ class RunLogger:
             self._writer.add_scalar(tag, value, int(step))
 
     def log_train(
-        self, step: int, metrics: Mapping[str, Any], env_steps_per_sec: float | None = None
+        self,
+        step: int,
+        metrics: Mapping[str, Any],
+        env_steps_per_sec: float | None = None,
+        compile_seconds: float | None = None,
     ) -> None:
         """``metrics["episode_return"]`` -> train/return, scalar ``k`` -> train/k (arrays and
-        non-finite values skipped); throughput -> perf/env_steps_per_sec."""
+        non-finite values skipped); throughput -> perf/env_steps_per_sec; time spent
+        compiling in the segment -> perf/compile_seconds."""
         for name, value in metrics.items():
             self._add(train_tag(name), value, step)
         if env_steps_per_sec is not None:
             self._add(ENV_STEPS_PER_SEC, env_steps_per_sec, step)
+        if compile_seconds is not None:
+            self._add(COMPILE_SECONDS, compile_seconds, step)
 
     def log_ranges(self, step: int, ranges: ContextSpace) -> None:
         """curriculum/<name>/low and /high for every name of `ranges` (min low, max high)."""

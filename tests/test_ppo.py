@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import replace
 
 import jax
@@ -95,8 +96,9 @@ def pendulum():
     es = ppo.init_env_state(space, jax.random.key(1))
     history = []
     for _ in range(10):
+        start = time.perf_counter()
         ts, es, metrics = ppo.run_train(space, ts, es, 40_000)
-        history.append(metrics)
+        history.append({**metrics, "wall_seconds": time.perf_counter() - start})
     evaluator = E.Evaluator(env, episodes=2, max_contexts=4)
     return env, space, ts, es, history, evaluator
 
@@ -108,6 +110,18 @@ def test_feed_forward_ppo_learns_the_pendulum(pendulum):
     )
     assert history[0]["episode_return"] < 100
     assert float(result.mean.mean()) >= 900, result.mean
+
+
+def test_throughput_leaves_out_the_first_segments_compilation(pendulum):
+    """The first segment compiles the training loop: its compile time is reported, and
+    left out of its steps/s (which counted it, and read as a slow start)."""
+    history = pendulum[4]
+    first, later = history[0], history[1:]
+    assert first["compile_seconds"] > 0
+    assert all(m["compile_seconds"] == 0 for m in later)  # nothing compiles after
+    for m in history:  # steps / (time inside run_train - compile time) <= steps / (wall - compile)
+        steps = m["segment_env_steps"]
+        assert steps / m["env_steps_per_sec"] <= m["wall_seconds"] - m["compile_seconds"] + 1e-6
 
 
 def test_segments_and_context_changes_never_recompile(pendulum, tmp_path):

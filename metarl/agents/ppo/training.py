@@ -22,6 +22,7 @@ from metarl.agents.agent import Agent
 from metarl.agents.ppo.config import PPOConfig
 from metarl.agents.ppo.learner import IterationStats, TrainingState, iterate_fn
 from metarl.agents.ppo.rollout import EnvState
+from metarl.compilation import count_compilations
 from metarl.contexts import ContextSpace, PerEnv
 from metarl.envs import ContextualEnv
 from metarl.parallel import AXIS, data_mesh
@@ -287,8 +288,10 @@ def run_train(
       ([num_envs] per-env sums, for ADR, over the episodes whose trial drew its
       context from this segment's ranges), the mean PPO terms (policy_loss,
       value_loss, entropy, approx_kl, clip_fraction), env_steps (total so
-      far), segment_env_steps and env_steps_per_sec (of the whole compiled
-      program: all seeds together). With a seed axis,
+      far), segment_env_steps, env_steps_per_sec (of the whole compiled
+      program: all seeds together; time spent compiling left out) and
+      compile_seconds (tracing and compiling inside this call: the first
+      call's loop, 0 after). With a seed axis,
       metrics is a list of such dicts, one per seed.
     """
     _check_run(space, training_state, env_state, num_steps)
@@ -299,15 +302,18 @@ def run_train(
     sizes = [len(c) for c in np.array_split(np.arange(total), min(max(1, chunks), total))]
     sums = None
     start, done = time.perf_counter(), 0
-    for size in sizes:
-        training_state, env_state, acc = space.iterate(training_state, env_state, jnp.int32(size))
-        sums = acc if sums is None else jax.tree.map(jnp.add, sums, acc)
-        done += size
-        if progress is not None:
-            jax.block_until_ready(acc)
-            progress(done * batch, total * batch)
-    sums = jax.device_get(sums)
-    elapsed = time.perf_counter() - start
+    with count_compilations() as compiles:  # the first segment compiles the loop
+        for size in sizes:
+            training_state, env_state, acc = space.iterate(
+                training_state, env_state, jnp.int32(size)
+            )
+            sums = acc if sums is None else jax.tree.map(jnp.add, sums, acc)
+            done += size
+            if progress is not None:
+                jax.block_until_ready(acc)
+                progress(done * batch, total * batch)
+        sums = jax.device_get(sums)
+    elapsed = (time.perf_counter() - start, compiles.seconds)
     if space.num_seeds is None:
         return training_state, env_state, _summarise(space, training_state, sums, total, elapsed)
     per_seed = [
@@ -350,6 +356,7 @@ def _check_run(space: TrainSpace, ts, es, num_steps) -> None:
 
 
 def _summarise(space, ts, sums: IterationStats, iterations, elapsed) -> dict[str, Any]:
+    seconds, compiling = elapsed
     totals = {k: float(v) for k, v in sums.totals.items()}
     episodes = totals["episodes"]
     updates = iterations * space.num_devices
@@ -365,7 +372,8 @@ def _summarise(space, ts, sums: IterationStats, iterations, elapsed) -> dict[str
         "env_steps_per_sec": iterations
         * space.config.batch_size
         * (space.num_seeds or 1)
-        / elapsed,
+        / max(seconds - compiling, 1e-9),
+        "compile_seconds": compiling,
     }
     return metrics
 
