@@ -464,9 +464,7 @@ def check_identity(
         record["config_before"] = old.get("config_before", []) + ([earlier] if earlier else [])
         if blocking:
             print(f"Resuming with changed fields (forced): {sorted(blocking)}", file=sys.stderr)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1, default=str))
-    os.replace(tmp, path)
+    _write_json(path, record)
 
 
 # ---- the run ----
@@ -744,10 +742,21 @@ class Run:
             logger.flush()
 
 
-def _write_json(path: pathlib.Path, rows: list[dict]) -> None:
+def _write_json(path: pathlib.Path, data: Any) -> None:
+    """Replaces `path` atomically and durably: a crash, even a power cut, leaves the
+    old file or the new one, never a truncated one (written, synced, renamed, and
+    the rename synced)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(rows, indent=1))
+    with open(tmp, "w") as f:
+        f.write(json.dumps(data, indent=1, default=str))
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def run(
