@@ -685,23 +685,15 @@ class Run:
             tag = "eval/generalization_gap" if name.endswith("gap") else f"eval/{name}/return"
             if name == "interpolation_gap":
                 tag = "eval/interpolation_gap"
-            agg = stats.summarize(scores)
-            scalars.update(
-                {
-                    tag: agg.mean,
-                    f"{tag}/iqm": agg.iqm,
-                    f"{tag}/ci_low": agg.ci_low,
-                    f"{tag}/ci_high": agg.ci_high,
-                }
-            )
+            scalars.update(_over_seeds(tag, scores))
         for split in results[0]["held"]:  # episodes cut by non-finite physics, all seeds
             cut = sum(int(r["held"][split].nonfinite.sum()) for r in results)
             scalars[nonfinite_tag(split)] = float(cut)
         if self.exp.env.episodes_per_trial > 1:
             for split in results[0]["held"]:
                 curves = np.stack([np.nanmean(r["held"][split].by_episode, 0) for r in results])
-                for i, value in enumerate(np.mean(curves, 0), start=1):
-                    scalars[episode_return_tag(split, i)] = float(value)
+                for i, scores in enumerate(curves.T, start=1):  # [seeds] per episode
+                    scalars.update(_over_seeds(episode_return_tag(split, i), scores))
         logger.log_scalars(step, scalars)
         self._log_heatmap(logger, step, np.mean([r["heat"] for r in results], 0), ranges)
         logger.flush()
@@ -740,6 +732,17 @@ class Run:
             # not the script's defaults a variant replaced), with this seed
             logger.log_hparams({**self.identity, "seed": self.seeds[i]}, values)
             logger.flush()
+
+
+def _over_seeds(tag: str, scores: np.ndarray) -> dict[str, float]:
+    """An aggregate scalar: the mean, IQM and 95% CI over seeds of one score per seed."""
+    agg = stats.summarize(np.asarray(scores, float))
+    return {
+        tag: agg.mean,
+        f"{tag}/iqm": agg.iqm,
+        f"{tag}/ci_low": agg.ci_low,
+        f"{tag}/ci_high": agg.ci_high,
+    }
 
 
 def _write_json(path: pathlib.Path, data: Any) -> None:

@@ -346,7 +346,8 @@ def test_seed_k_of_a_batched_run_equals_the_single_run_with_that_seed(exp):
 
 
 def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path):
-    rows = _run(exp, None, tmp_path, 1, num_seeds=2)
+    trials = make_contextual("inverted_pendulum", TARGET, episode_length=25, episodes_per_trial=2)
+    rows = _run(replace(exp, env=trials), None, tmp_path, 1, num_seeds=2)
     assert len(rows[0]["train"]) == 2
     agg = read_scalars(tmp_path / "aggregate")
     gaps = []
@@ -369,6 +370,12 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path):
     assert rows[0]["nonfinite_episodes"]["extrapolation_low"] == [0, 0]
     assert agg["eval/extrapolation_low/nonfinite_episodes"][0][1] == 0
     assert read_scalars(tmp_path / "seed_1")["eval/train/nonfinite_episodes"][0][1] == 0
+    # the adaptation curve over seeds, as every aggregate scalar: mean, IQM and 95% CI
+    second = rows[0]["episodes"][1]  # episode 2 of a trial, per seed
+    curve = stats.summarize(second)
+    for suffix, value in (("", curve.mean), ("/ci_low", curve.ci_low), ("/iqm", curve.iqm)):
+        got = agg[f"eval/train/episode_2/return{suffix}"][0][1]
+        assert got == pytest.approx(value, rel=1e-5, abs=1e-3), suffix
     (_, low), (_, high) = agg["eval/train/return/ci_low"][0], agg["eval/train/return/ci_high"][0]
     assert low <= min(rows[0]["train"]) + 1e-3 and high >= max(rows[0]["train"]) - 1e-3
     # The same estimand as the printed table: one score per seed (its mean over the
