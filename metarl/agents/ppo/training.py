@@ -313,11 +313,11 @@ def run_train(
                 jax.block_until_ready(acc)
                 progress(done * batch, total * batch)
         sums = jax.device_get(sums)
-    elapsed = (time.perf_counter() - start, compiles.seconds)
+    timing = (time.perf_counter() - start, compiles.seconds)  # (wall, compiling)
     if space.num_seeds is None:
-        return training_state, env_state, _summarise(space, training_state, sums, total, elapsed)
+        return training_state, env_state, _summarise(space, training_state, sums, total, timing)
     per_seed = [
-        _summarise(space, training_state, select_seed(sums, k), total, elapsed)
+        _summarise(space, training_state, select_seed(sums, k), total, timing)
         for k in range(space.num_seeds)
     ]
     return training_state, env_state, per_seed
@@ -355,8 +355,8 @@ def _check_run(space: TrainSpace, ts, es, num_steps) -> None:
         )
 
 
-def _summarise(space, ts, sums: IterationStats, iterations, elapsed) -> dict[str, Any]:
-    seconds, compiling = elapsed
+def _summarise(space, ts, sums: IterationStats, iterations, timing) -> dict[str, Any]:
+    seconds, compiling = timing
     totals = {k: float(v) for k, v in sums.totals.items()}
     episodes = totals["episodes"]
     updates = iterations * space.num_devices
