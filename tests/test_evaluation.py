@@ -77,8 +77,8 @@ def test_log_uniform_sets_are_placed_in_log_space():
 
 def test_the_heatmap_of_a_log_uniform_range_spans_its_extrapolation_in_log_space():
     """The heatmap's grid covers what the extrapolation splits cover: for mass x0.25-4,
-    x0.125-8 geometrically (x1 in the middle cell). A linear grid ran from x-0.8 (clipped
-    to ~0) to x5.1: half its cells below the geometric centre's x1 sat in [0, 1]."""
+    x0.125-8 geometrically (x1 in the middle cell). The linear grid it replaces ran
+    x0.003 (-0.69, clipped), 0.72, 2.13, 3.53, 4.94: nothing of the high side's x4.94-8."""
     from metarl import experiment
     from metarl.tensorboard import _grid_position
 
