@@ -201,17 +201,13 @@ def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
     axes = {}
     for name in names:
         lo, hi = exp.target.intervals()[name]
-        lo, hi = float(np.min(lo)), float(np.max(hi))
-        if isinstance(exp.target[name], LogUniform):  # in log space, as its draws and E.grid
-            centre, half = math.log(lo * hi) / 2, math.log(hi / lo) / 2
-            half *= exp.eval.extrapolation_factor
-            axes[name] = np.geomspace(
-                math.exp(centre - half), math.exp(centre + half), exp.eval.heatmap_points
-            )
-            continue
+        # the coordinates the extrapolation splits use: log space for a LogUniform
+        to, back = E._scale(exp.target[name])
+        lo, hi = to(float(np.min(lo))), to(float(np.max(hi)))
         centre, half = (lo + hi) / 2, (hi - lo) / 2 * exp.eval.extrapolation_factor
-        axes[name] = np.linspace(centre - half, centre + half, exp.eval.heatmap_points)
-        lower = exp.env.binding.lower_limit(name) if name in exp.env.space else None
+        axes[name] = back(np.linspace(centre - half, centre + half, exp.eval.heatmap_points))
+        physical = name in exp.env.space and not isinstance(exp.target[name], LogUniform)
+        lower = exp.env.binding.lower_limit(name) if physical else None
         if lower is not None:
             axes[name] = np.maximum(axes[name], lower + 1e-3 * max(half, 1e-3))
     return axes

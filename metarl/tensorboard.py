@@ -200,9 +200,11 @@ def _grid_position(values: np.ndarray, v: float) -> float:
     """Where value `v` lies in image coordinates of a grid axis (cell i is centred at i)."""
     if values.size == 1:
         return 0.0
-    ratios = values[1:] / values[:-1] if np.all(values > 0) else None
+    # A geometric grid (a LogUniform's): constant ratios over at least 3 points (two
+    # points fit either kind: they keep the linear reading)
+    ratios = values[1:] / values[:-1] if values.size > 2 and np.all(values > 0) else None
     if ratios is not None and np.allclose(ratios, ratios[0]) and not np.isclose(ratios[0], 1):
-        values, v = np.log(values), math.log(v) if v > 0 else -math.inf  # a geometric grid
+        values, v = np.log(values), math.log(v) if v > 0 else -math.inf
     return float(np.interp(v, values, np.arange(values.size), left=-0.5, right=values.size - 0.5))
 
 
