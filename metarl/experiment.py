@@ -610,7 +610,7 @@ class Run:
             seed_contexts = contexts if self.num_seeds == 1 else ppo.select_seed(contexts, i)
             self._log(logger, step, metrics[i], ranges[i], seed_contexts, results[i])
         if self.num_seeds > 1:
-            self._log_aggregate(loggers[-1], step, results, ranges)
+            self._log_aggregate(loggers[-1], step, results, ranges, metrics[0])
         self.rows.append(self._row(k + 1, step, metrics, results))
         if k + 1 == segments:  # before the checkpoint: a rerun after it has nothing to log
             self.report(loggers)
@@ -633,7 +633,10 @@ class Run:
         summary = E.summarize(held)
         scalars = {k: v for k, v in metrics.items() if np.ndim(v) == 0 and k != "compile_seconds"}
         logger.log_train(step, scalars)
-        logger.log_train(step, {}, metrics["env_steps_per_sec"], metrics["compile_seconds"])
+        # this run's env steps per second: the program's total over its seeds, which
+        # advance together (the aggregate run logs the total)
+        speed = metrics["env_steps_per_sec"] / self.num_seeds
+        logger.log_train(step, {}, speed, metrics["compile_seconds"])
         logger.log_ranges(step, _shared(ranges))
         logger.log_contexts(step, contexts)
         episodes = self.exp.env.episodes_per_trial
@@ -670,7 +673,9 @@ class Run:
         # E.grid lists points x-major; the image wants rows over y.
         logger.log_heatmap(step, x, xs, y, ys, heat.reshape(len(xs), len(ys)).T, tuple(box))
 
-    def _log_aggregate(self, logger: RunLogger, step: int, results: list[dict], ranges) -> None:
+    def _log_aggregate(
+        self, logger: RunLogger, step: int, results: list[dict], ranges, metrics: dict
+    ) -> None:
         summaries = [E.summarize(r["held"]) for r in results]
         scalars = {}
         for name in summaries[0]:
@@ -691,6 +696,8 @@ class Run:
                 for i, scores in enumerate(curves.T, start=1):  # [seeds] per episode
                     scalars.update(_over_seeds(episode_return_tag(split, i), scores))
         logger.log_scalars(step, scalars)
+        # the compiled program's throughput, all seeds together (the same in every row)
+        logger.log_train(step, {}, metrics["env_steps_per_sec"], metrics["compile_seconds"])
         self._log_heatmap(logger, step, np.mean([r["heat"] for r in results], 0), ranges)
         logger.flush()
 

@@ -24,6 +24,10 @@ Tags (``step`` is always the environment-step count):
   ``<tag>/ci_high`` over seeds of every eval scalar (see `metarl.stats`).
 * ``hparams/<metric>``: final metrics shown with the hyperparameters (HParams dashboard).
 
+NaN and inf values are written as they are (TensorBoard marks such points), so a
+diverged loss, or a segment in which no episode finished (its ``train/return`` is
+NaN), shows where it happened instead of leaving a silent gap.
+
 Characters TensorBoard does not allow in tags (all but letters, digits, ``_ - . /``)
 become ``_`` as in tensorboardX (``geom_friction[:, 0]`` -> ``context/geom_friction____0_``);
 the module-level functions return the exact stored tags. A custom-scalars layout (one
@@ -101,12 +105,13 @@ def hparam_metric_tag(name: str) -> str:
 
 
 def _scalar(value: Any) -> float | None:
-    """A finite float, or None for arrays, non-numbers and non-finite values."""
+    """A float (NaN and inf included), or None for arrays and non-numbers."""
+    if np.ndim(value) != 0:
+        return None
     try:
-        out = float(np.asarray(value)) if np.ndim(value) == 0 else math.nan
+        return float(np.asarray(value))
     except (TypeError, ValueError):
         return None
-    return out if math.isfinite(out) else None
 
 
 def context_units(space: ContextSpace) -> dict[str, str]:
@@ -272,9 +277,9 @@ class RunLogger:
         env_steps_per_sec: float | None = None,
         compile_seconds: float | None = None,
     ) -> None:
-        """``metrics["episode_return"]`` -> train/return, scalar ``k`` -> train/k (arrays and
-        non-finite values skipped); throughput -> perf/env_steps_per_sec; time spent
-        compiling in the segment -> perf/compile_seconds."""
+        """``metrics["episode_return"]`` -> train/return, scalar ``k`` -> train/k (arrays
+        skipped; NaN and inf are written, TensorBoard marks them); throughput ->
+        perf/env_steps_per_sec; time spent compiling in the segment -> perf/compile_seconds."""
         for name, value in metrics.items():
             self._add(train_tag(name), value, step)
         if env_steps_per_sec is not None:
@@ -363,7 +368,7 @@ class RunLogger:
             self._writer.add_scalar(tag, value, self._last_step)
 
     def log_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
-        """Scalars under the given tags (cleaned); non-finite values are skipped."""
+        """Scalars under the given tags (cleaned); NaN and inf are written as they are."""
         for tag, value in scalars.items():
             self._add(clean_tag(tag), value, step)
 

@@ -370,6 +370,14 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path):
     assert rows[0]["nonfinite_episodes"]["extrapolation_low"] == [0, 0]
     assert agg["eval/extrapolation_low/nonfinite_episodes"][0][1] == 0
     assert read_scalars(tmp_path / "seed_1")["eval/train/nonfinite_episodes"][0][1] == 0
+    # throughput: each seed's run its own env steps per second, the aggregate the
+    # program's total (the seeds advance together)
+    speeds = [
+        read_scalars(tmp_path / n)["perf/env_steps_per_sec"][0][1] for n in ("seed_0", "seed_1")
+    ]
+    assert speeds[0] == speeds[1]
+    assert agg["perf/env_steps_per_sec"][0][1] == pytest.approx(2 * speeds[0], rel=1e-6)
+    assert "perf/compile_seconds" in agg
     # the adaptation curve over seeds, as every aggregate scalar: mean, IQM and 95% CI
     second = rows[0]["episodes"][1]  # episode 2 of a trial, per seed
     curve = stats.summarize(second)

@@ -101,6 +101,7 @@ def test_scalars_values_and_steps(run):
     expected = {
         "train/return": [(1000, 12.5), (2000, 20.0), (3000, 22.0)],
         "train/policy_loss": [(1000, 0.25), (2000, 0.125)],
+        "train/nan_loss": [(1000, float("nan"))],  # written: a diverged loss shows
         "perf/env_steps_per_sec": [(1000, 2048.0)],
         "curriculum/gravity/low": [(1000, 5.0), (2000, 4.0)],
         "curriculum/gravity/high": [(1000, 15.0), (2000, 16.0)],
@@ -116,8 +117,9 @@ def test_scalars_values_and_steps(run):
         "eval/interpolation_gap": [(2000, 5.5)],
         "hparams/eval/interpolation/return": [(3000, 25.0)],  # at the last step
         "hparams/zero": [(3000, 0.0)],
+        "hparams/bad": [(3000, float("nan"))],
     }
-    assert set(got) == set(expected)  # arrays and NaN are not logged
+    assert set(got) == set(expected)  # arrays are not logged
     for tag, points in expected.items():
         assert [s for s, _ in got[tag]] == [s for s, _ in points], tag
         np.testing.assert_allclose([v for _, v in got[tag]], [v for _, v in points], rtol=1e-6)
@@ -201,6 +203,7 @@ def test_hparams_plugin_data(run):
     assert [m.name.tag for m in exp.metric_infos] == [
         "hparams/eval/interpolation/return",
         "hparams/zero",
+        "hparams/bad",  # a NaN final metric is listed, not dropped
     ]
     ssi = plugin_data_pb2.HParamsPluginData.FromString(
         content["_hparams_/session_start_info"]
