@@ -18,8 +18,9 @@ Deep RL") that apply to continuous context spaces:
   and its gap to ``train`` estimates zero: read it as the noise floor of the
   gaps.
 * ``extrapolation``: every dimension outside its training interval, within
-  `factor` times the interval about its centre (1.5: half an interval more on
-  each side; for `LogUniform`, in log space: [0.5, 2] becomes [0.35, 2.83]),
+  `factor` times the interval about its centre (1.5: a quarter of the interval
+  more on each side, gravity 5-15 gives 2.5-5 and 15-17.5; for `LogUniform`, in
+  log space: [0.5, 2] becomes [0.35, 2.83]),
   on the physically valid side (a scale factor of a quantity of either sign,
   such as a motor's gear, keeps the sign of its interval: a sign flip is
   another task, not a stronger or weaker motor). A dimension that does not
@@ -33,9 +34,17 @@ Deep RL") that apply to continuous context spaces:
   than the other (less gravity, more motor) and a mixed split hides which way
   a policy fails.
 * ``grid``: a regular grid over one or two names (others at their centre,
-  geometric for `LogUniform`), for heatmaps.
+  geometric for `LogUniform`, per element for per-element intervals, and for a
+  `Choice` the trained value nearest it), for heatmaps.
 
-A per-element quantity is pinned to one value shared by its elements.
+A `Normal` range is taken as its mean +- 2 std (`ContextSpace.intervals`):
+training draws fall beyond that 4.6% of the time, so its extrapolation splits
+(2-3 std out at factor 1.5) are rare in training, not unseen, and its
+interpolation split is uniform over +- 2 std.
+
+A per-element quantity whose elements share one interval is pinned to one value
+shared by its elements; elements with intervals of their own each get a value
+placed against their own interval.
 Each context runs `episodes` episodes with the deterministic policy: parallel
 envs each run one trial (the recurrent carry starts fresh per trial).
 """
@@ -76,10 +85,6 @@ class ContextSet:
         return len(next(iter(self.values.values()))) if self.values else 1
 
 
-def _intervals(space: ContextSpace) -> dict[str, tuple[float, float]]:
-    return {n: (float(np.min(lo)), float(np.max(hi))) for n, (lo, hi) in space.intervals().items()}
-
-
 def _element_bounds(space: ContextSpace) -> dict[str, tuple[Any, Any]]:
     """Each name's training interval: two floats when its elements share one interval,
     else the per-element (low, high) arrays, so that every element's value is placed
@@ -112,7 +117,10 @@ def interpolation(space: ContextSpace, num: int, seed: int = 1) -> ContextSet:
     values = {}
     for name, dist in space.items():
         if isinstance(dist, Choice):
-            support = np.unique(np.asarray(dist.values))
+            support = _trained_values(dist)
+            if len(support) == 1:  # not varied in training: kept at its value
+                values[name] = np.full(num, support[0], np.float32)
+                continue
             pairs = zip(support[:-1], support[1:], strict=True)
             # relative: the midpoint of two scales of opposite sign switches the quantity off
             mids = [(a + b) / 2 for a, b in pairs if not (dist.relative and a < 0 < b)]
@@ -130,12 +138,35 @@ def interpolation(space: ContextSpace, num: int, seed: int = 1) -> ContextSet:
     return ContextSet("interpolation", values)
 
 
+def _trained_values(dist: Choice) -> np.ndarray:
+    """The values a `Choice` draws (probability > 0), sorted, without repeats."""
+    values = np.asarray(dist.values)
+    return np.unique(values[np.asarray(dist.probs) > 0])
+
+
 def _scale(dist) -> tuple[Any, Any]:
     """(to, back): the coordinates held-out values are placed in: log for `LogUniform`
     (its training draws are uniform there), the values themselves otherwise."""
     if isinstance(dist, LogUniform):
         return np.log, np.exp
     return (lambda x: x), (lambda x: x)
+
+
+def physical_bounds(env: ContextualEnv, name: str, dist, lo, hi) -> tuple[Any, Any]:
+    """(floor, ceiling) that held-out values of `name` must stay strictly within,
+    None where unbounded, in `_scale` coordinates (`lo`, `hi`: its training
+    interval there): the quantity's physical lower limit (mass > 0, ...), and a
+    relative scale of a quantity of either sign keeps the sign of its interval
+    (a flipped motor is another task, not a weaker one). A `LogUniform`'s log
+    space has none."""
+    if isinstance(dist, LogUniform):
+        return None, None
+    lower = env.binding.lower_limit(name)
+    if lower is not None or not dist.relative:
+        return lower, None
+    if np.all(lo > 0):
+        return 0.0, None  # a positive scale of a signed quantity stays positive
+    return None, (0.0 if np.all(hi < 0) else None)
 
 
 def extrapolation(
@@ -173,14 +204,11 @@ def extrapolation(
         if rest is not None:  # an angle: the outside is the rest of the turn, halfway round
             outer_lo = np.maximum(outer_lo, lo - rest / 2)
             outer_hi = np.minimum(outer_hi, hi + rest / 2)
-        if not isinstance(dist, LogUniform):  # log space has no bound to keep
-            lower = env.binding.lower_limit(name)
-            if lower is None and dist.relative and np.all(lo > 0):
-                lower = 0.0  # a positive scale of a signed quantity stays positive
-            if lower is not None:
-                outer_lo = np.maximum(outer_lo, lower + 1e-3 * half)
-            if lower is None and dist.relative and np.all(hi < 0):
-                outer_hi = np.minimum(outer_hi, -1e-3 * half)
+        floor, ceiling = physical_bounds(env, name, dist, lo, hi)
+        if floor is not None:
+            outer_lo = np.maximum(outer_lo, floor + 1e-3 * half)
+        if ceiling is not None:
+            outer_hi = np.minimum(outer_hi, ceiling - 1e-3 * half)
         sides = {"low": (outer_lo, lo), "high": (hi, outer_hi)}
         if rest is not None and np.all(rest <= 1e-3 * float(periods[name])):
             sides = {"low": (lo, hi), "high": (lo, hi)}  # the whole turn: no outside
@@ -207,15 +235,27 @@ def grid(space: ContextSpace, axes: Mapping[str, Any]) -> ContextSet:
     """A grid over one or two names (`axes`: name -> values); others at their centre."""
     if not 1 <= len(axes) <= 2 or set(axes) - set(space):
         raise ValueError(f"grid needs one or two of {list(space)}, got {list(axes)}")
-    centre = {  # LogUniform: the geometric centre, the middle of its log-space draws
-        n: math.sqrt(lo * hi) if isinstance(space[n], LogUniform) else (lo + hi) / 2
-        for n, (lo, hi) in _intervals(space).items()
-    }
     points = list(itertools.product(*[np.asarray(v, np.float32) for v in axes.values()]))
-    values = {n: np.full(len(points), centre[n], np.float32) for n in space}
+    values = {
+        n: np.broadcast_to(_centre(space[n], lo, hi), (len(points),) + np.shape(lo))
+        for n, (lo, hi) in _element_bounds(space).items()
+    }
     for i, name in enumerate(axes):
         values[name] = np.asarray([p[i] for p in points], np.float32)
-    return ContextSet("grid", values)
+    return ContextSet("grid", {n: np.asarray(v, np.float32) for n, v in values.items()})
+
+
+def _centre(dist, lo, hi) -> Any:
+    """The middle of a training interval (each element's own, for per-element
+    intervals) in the coordinates its draws are uniform in (geometric for a
+    `LogUniform`); for a `Choice`, the trained value nearest it (the middle of
+    a relative Choice([-1, 1]) would switch the quantity off)."""
+    to, back = _scale(dist)
+    middle = back((to(np.asarray(lo)) + to(np.asarray(hi))) / 2)
+    if isinstance(dist, Choice):
+        trained = _trained_values(dist)[::-1]  # a tie goes to the larger value
+        return trained[np.argmin(np.abs(trained - middle))]
+    return middle
 
 
 @dataclasses.dataclass(frozen=True)

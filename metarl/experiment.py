@@ -50,7 +50,7 @@ from tqdm import tqdm
 from metarl import checkpoint, provenance, stats
 from metarl import evaluation as E
 from metarl.agents import ppo
-from metarl.contexts import ContextSpace, LogUniform, PerEnv
+from metarl.contexts import ContextSpace, PerEnv
 from metarl.envs import CONTEXT, ContextualEnv
 from metarl.tensorboard import (
     RunLogger,
@@ -205,11 +205,16 @@ def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
         to, back = E._scale(exp.target[name])
         lo, hi = to(float(np.min(lo))), to(float(np.max(hi)))
         centre, half = (lo + hi) / 2, (hi - lo) / 2 * exp.eval.extrapolation_factor
-        axes[name] = back(np.linspace(centre - half, centre + half, exp.eval.heatmap_points))
-        physical = name in exp.env.space and not isinstance(exp.target[name], LogUniform)
-        lower = exp.env.binding.lower_limit(name) if physical else None
-        if lower is not None:
-            axes[name] = np.maximum(axes[name], lower + 1e-3 * max(half, 1e-3))
+        axis = np.linspace(centre - half, centre + half, exp.eval.heatmap_points)
+        # the same bounds as the extrapolation splits: physical, and a scale's sign
+        if name in exp.env.space:
+            floor, ceiling = E.physical_bounds(exp.env, name, exp.target[name], lo, hi)
+            margin = 1e-3 * max(half, 1e-3)
+            if floor is not None:
+                axis = np.maximum(axis, floor + margin)
+            if ceiling is not None:
+                axis = np.minimum(axis, ceiling - margin)
+        axes[name] = back(axis)
     return axes
 
 

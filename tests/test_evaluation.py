@@ -121,6 +121,68 @@ def test_a_dimension_that_does_not_vary_keeps_its_value_in_every_split():
     assert np.all(E.interpolation(space, 20).values["timestep"] == np.float32(0.004))
 
 
+def test_a_one_value_choice_keeps_its_value_and_the_interpolation_split():
+    """Choice([1.0]) does not vary, as Fixed(1.0): interpolation keeps it at 1.0 (it
+    raised NoHeldOutValuesError, and the run dropped the whole split)."""
+    space = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0), "mass": C.Choice([1.0])})
+    values = E.interpolation(space, 20).values
+    assert np.all(values["mass"] == 1.0)
+    assert np.all((values["gravity"] >= 5.0) & (values["gravity"] <= 15.0))
+
+
+def test_a_choice_value_of_probability_zero_is_not_trained_on():
+    """Choice([0.5, 1, 2], probs=[.5, .5, 0]) trains on x0.5 and x1 only: its interval
+    is [0.5, 1], interpolation is x0.75 (not 1.5, beyond every trained value), and
+    extrapolation_high begins at x1 (it began at x2, and x1-2 went unevaluated)."""
+    dist = C.Choice([0.5, 1.0, 2.0], probs=[0.5, 0.5, 0.0], relative=True)
+    space = C.ContextSpace({"mass": dist})
+    lo, hi = space.intervals()["mass"]
+    assert (float(lo), float(hi)) == (0.5, 1.0)
+    assert set(E.interpolation(space, 50).values["mass"].tolist()) == {0.75}
+    env = make_contextual("inverted_pendulum", space)
+    high = E.extrapolation(env, space, 200, side="high").values["mass"]
+    assert high.min() > 1.0 and high.max() <= 1.125 + 1e-6  # factor 1.5 about 0.75
+
+
+def test_the_grid_holds_other_names_at_a_trained_centre():
+    """Names off the heatmap's axes sit at their centre: each element at its own
+    interval's (cart x0.75, pole x3; both were pinned to x2.25, outside the cart's
+    x0.5-1), and a relative Choice of motor signs at a trained value (its middle, a
+    gear of 0, switched the motor off in every cell)."""
+    space = C.ContextSpace(
+        {
+            "gravity": C.Uniform(5.0, 15.0),
+            "mass": MASS,
+            "actuator_gain": C.Choice([-1.0, -0.5, 0.5, 1.0], relative=True),
+            "inertia": C.LogUniform(0.25, 4.0, relative=True),
+        }
+    )
+    values = E.grid(space, {"gravity": [5.0, 10.0, 15.0]}).values
+    assert values["mass"].shape == (3, 2)
+    np.testing.assert_allclose(values["mass"], [[0.75, 3.0]] * 3)
+    np.testing.assert_array_equal(values["actuator_gain"], [0.5] * 3)  # a tie: the larger
+    np.testing.assert_allclose(values["inertia"], [1.0] * 3, rtol=1e-6)  # geometric centre
+    np.testing.assert_array_equal(values["gravity"], [5.0, 10.0, 15.0])
+
+
+def test_the_heatmap_keeps_a_scales_sign_as_the_extrapolation_splits_do():
+    """actuator_gain x0.1-2, widened by 1.5 about its centre, would reach x-0.375 (a
+    reversed motor) on the heatmap while extrapolation_low stays above 0."""
+    from metarl import experiment
+
+    target = C.ContextSpace({"actuator_gain": C.Scale(0.1, 2.0)})
+    exp = experiment.Experiment(
+        env=make_contextual("inverted_pendulum", target),
+        target=target,
+        curriculum=None,
+        ppo=None,
+        eval=experiment.EvalConfig(heatmap_points=5, extrapolation_factor=1.5),
+    )
+    axis = experiment._heatmap_axes(exp)["actuator_gain"]
+    assert np.all(axis > 0), axis
+    assert axis.max() == pytest.approx(2.475)  # the high side is unchanged: 1.05 + 1.425
+
+
 def test_interpolating_a_relative_choice_never_switches_the_quantity_off():
     """Motor signs x-1, -0.5, 0.5, 1: the midpoint of -0.5 and 0.5 is a gear of 0 (no
     motor, a return of 0 whatever the policy does); an absolute choice keeps it."""

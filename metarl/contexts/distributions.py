@@ -422,12 +422,17 @@ class Choice(Distribution):
         return jnp.asarray(self.values)[idx]
 
     def support(self):
-        v = np.asarray(self.values)
+        v = self._drawn()
         return v.min(), v.max()
 
     def centre(self):
-        v = np.asarray(self.values)
+        v = self._drawn()
         return (v.min() + v.max()) / 2
+
+    def _drawn(self) -> np.ndarray:
+        """The values a draw can take: those of probability > 0."""
+        v = np.asarray(self.values)
+        return v if self.probs is None else v[np.asarray(self.probs) > 0]
 
     def _rescaled(self, f, c):
         return dataclasses.replace(self, values=_move(self.values, c, f))
