@@ -29,7 +29,7 @@ import jax
 import numpy as np
 from flax import struct
 
-from metarl.contexts import ContextSpace
+from metarl.contexts import Choice, ContextSpace, Fixed
 
 __all__ = ["Curriculum", "CurriculumState", "check_compatible"]
 
@@ -167,10 +167,18 @@ def check_shapes(target: ContextSpace, space: ContextSpace, who: str) -> Context
 
 def scaled(target: ContextSpace, fraction: float, defaults: Mapping | None) -> ContextSpace:
     """``target.scaled(fraction, around=defaults)`` clipped into the target (`inside`);
-    exactly `target` once fraction >= 1."""
+    exactly `target` once fraction >= 1. A `Fixed` value or a `Choice`'s values have
+    no range to widen: they stay as the target declares them from the first segment
+    (scaled, they would move toward the default, off the target: a fixed friction
+    that is not the one declared, a Choice of motor signs -1 or 1 that is always
+    positive)."""
     if fraction >= 1:
         return target
-    return inside(target, target.scaled(fraction, around=defaults))
+    grown = inside(target, target.scaled(fraction, around=defaults))
+    discrete = (Fixed, Choice)
+    return ContextSpace(
+        {n: target[n] if isinstance(target[n], discrete) else d for n, d in grown.items()}
+    )
 
 
 def inside(target: ContextSpace, space: ContextSpace) -> ContextSpace:

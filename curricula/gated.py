@@ -87,13 +87,19 @@ def PerformanceGated(  # noqa: N802
     def update(state: GatedState, results: Mapping[str, Any]) -> GatedState:
         """Needs ``results[metric]``; widens if it reaches the threshold, else holds."""
         check_state(state, GatedState, f"{who}.update")
-        value = float(np.asarray(require(results, metric, f"{who}(metric={metric!r})")))
+        value = require(results, metric, f"{who}(metric={metric!r})")
+        # in float32, as the reference is stored: a float64 return compared with its own
+        # float32 rounding could miss the first widening that threshold <= 1 promises
+        value = float(np.float32(np.asarray(value)))
         reference = float(state.reference)
         if relative and not np.isfinite(reference) and np.isfinite(value):
-            reference = float(np.float32(value))  # as stored
+            reference = value
         fraction = float(state.fraction)
         if value >= _gate(threshold, relative, reference):  # False for NaN value or reference
-            fraction = min(1.0, fraction + step)
+            # start + k * step from the openings so far, not a float32 running sum
+            # (start 0.1, step 0.15 summed to 0.99999994 after 6 openings)
+            opened = round((fraction - start) / step)
+            fraction = min(1.0, start + (opened + 1) * step)
         return state.replace(
             segment=np.asarray(int(state.segment) + 1, np.int32),
             fraction=np.asarray(fraction, np.float32),

@@ -228,6 +228,49 @@ def test_gated_relative_threshold_is_a_fraction_of_the_first_return():
     assert float(cur.update(negative, {"episode_return": -105.0}).fraction) > f
 
 
+@pytest.mark.parametrize(
+    "make",
+    [lambda: curricula.LinearWidening(0.2, 4), lambda: curricula.PerformanceGated(0.2, 0.2, 0.0)],
+)
+def test_fixed_and_choice_entries_keep_the_targets_values_in_every_segment(make):
+    """A Fixed friction or a Choice of motor signs has no range to widen: scaled about
+    the defaults, Fixed(0.05) became 0.0095 and the signs -1 or 1 became 0.6 or 1
+    (always positive) until the last widening segment."""
+    target = C.ContextSpace(
+        {
+            "gravity": C.Uniform(5.0, 15.0),
+            "friction": C.Fixed(0.05),
+            "actuator_gain": C.Choice([-1.0, 1.0], relative=True),
+            "mass": C.Choice([2.0, 3.0], relative=True),
+        }
+    )
+    defaults = {"gravity": 9.81, "friction": 0.005, "actuator_gain": 1.0, "mass": 1.0}
+    cur = make()
+    state = cur.init(target, defaults=defaults)
+    for _ in range(5):
+        ranges = cur.ranges(state)
+        for name in ("friction", "actuator_gain", "mass"):
+            _assert_same_leaves(ranges[name], target[name])
+        state = cur.update(state, {"eval_return": 1.0})
+    assert cur.ranges(state)["gravity"].low == np.float32(5.0)
+
+
+def test_gated_fractions_reach_exactly_one_and_a_relative_gate_of_one_opens_first():
+    """start 0.1 + 6 steps of 0.15 is 1: a float32 running sum stopped at 0.99999994
+    (ranges 5.0000005-15, one opening short); a float64 return just above its own
+    float32 rounding missed the first widening that threshold 1 promises."""
+    cur = curricula.PerformanceGated(start=0.1, step=0.15, threshold=0.0)
+    state = cur.init(TARGET, defaults=DEFAULTS)
+    for _ in range(6):
+        state = cur.update(state, {"eval_return": 1.0})
+    assert state.fraction == np.float32(1.0)
+    _assert_same_leaves(cur.ranges(state), TARGET)
+    gate = curricula.PerformanceGated(0.2, 0.2, threshold=1.0, relative=True)
+    value = 0.1  # float32(0.1) = 0.10000000149 > 0.1
+    first = gate.update(gate.init(TARGET, defaults=DEFAULTS), {"eval_return": value})
+    np.testing.assert_allclose(first.fraction, 0.4, rtol=1e-6)
+
+
 def test_gated_needs_its_metric():
     cur = curricula.PerformanceGated(0.2, 0.1, 1.0)
     with pytest.raises(KeyError, match="eval_return"):
