@@ -16,7 +16,8 @@ goes through four stages, each a method of `Run`:
    evaluates on the current ranges and every held-out split, updates the
    curriculum, logs to TensorBoard (`metarl.tensorboard` tag scheme) and saves
    a checkpoint. Every key comes from ``fold_in`` of the seed, so a resumed
-   run logs exactly what an uninterrupted one does;
+   run logs exactly what an uninterrupted one does; evaluation's keys come from
+   streams apart from training's (`_stream`), so no key serves two purposes;
 4. **report**: hyperparameters with the final metrics (logged at the end of
    the last segment, before its checkpoint) and the final table.
 
@@ -76,7 +77,17 @@ RECORDED_LATER = ("experiment.env.reset_strategy", "experiment.env.reset_chunk")
 # "<section>.<name>" (forceable): provenance.software() (+ the script's hash), .platform()
 ENVIRONMENT = ("software", "platform")
 SPLITS = ("train", "interpolation", "extrapolation", "extrapolation_low", "extrapolation_high")
-_SETS, _EVAL, _NOW = 1, 2, 3  # fold_in streams of a seed's key
+# The runner's own streams of a seed's key (held-out sets, evaluation episodes, the
+# contexts drawn "now"). ``split(k, n)[i]`` is ``fold_in(k, i)``, so small stream ids
+# of the seed's key itself would be training's keys (split_keys(k, 3): 1 is the env's,
+# 2 the curriculum's): they hang off one tag that no split of that key reaches.
+_STREAMS = 0x6D657461
+_SETS, _EVAL, _NOW = 1, 2, 3
+
+
+def _stream(seed: int, stream: int) -> jax.Array:
+    """The key of one of the runner's streams of `seed` (see `_STREAMS`)."""
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), _STREAMS), stream)
 
 
 class CurriculumLike(Protocol):
@@ -225,7 +236,7 @@ def _int_seed(key: jax.Array) -> int:
 
 def held_out_sets(exp: Experiment, seed: int) -> dict[str, E.ContextSet]:
     """The run's held-out context sets: one per split, from `fold_in` of the seed."""
-    base = jax.random.fold_in(jax.random.key(seed), _SETS)
+    base = _stream(seed, _SETS)
     n, factor = exp.eval.contexts, exp.eval.extrapolation_factor
     builders = {
         "train": lambda s: E.in_distribution(exp.target, n, s),
@@ -247,9 +258,10 @@ def _current_set(ranges: ContextSpace | PerEnv, num: int, key: jax.Array) -> E.C
     """Contexts drawn as training draws them now (a random env's ranges if per env)."""
     if not isinstance(ranges, PerEnv):
         return E.in_distribution(ranges, num, _int_seed(key))
-    rows = np.random.default_rng(_int_seed(key)).integers(0, ranges.num_envs, num)
+    k_rows, k_picks = jax.random.split(key)  # a key is drawn from or split, never both
+    rows = np.random.default_rng(_int_seed(k_rows)).integers(0, ranges.num_envs, num)
     picks = [
-        E.in_distribution(ranges.row(i), 1, _int_seed(jax.random.fold_in(key, k)))
+        E.in_distribution(ranges.row(i), 1, _int_seed(jax.random.fold_in(k_picks, k)))
         for k, i in enumerate(rows)
     ]
     names = list(ranges.ranges)
@@ -530,7 +542,8 @@ class Run:
             for k in k_cur
         ]
         self.es = ppo.init_env_state(self.space, k_env, self._ranges())
-        self.eval_keys = [jax.random.fold_in(jax.random.key(s), _EVAL) for s in self.seeds]
+        self.eval_keys = [_stream(s, _EVAL) for s in self.seeds]
+        self.now_keys = [_stream(s, _NOW) for s in self.seeds]
         self.sets = held_out_sets(exp, self.seed)
         self.grid = E.grid(exp.target, self.compiled.grid_axes)
 
@@ -625,10 +638,11 @@ class Run:
     def _evaluate(self, i: int, k: int, ts, ranges) -> dict[str, Any]:
         policy = ppo.make_policy(self.space, ts)
         evaluator = self.compiled.evaluator
-        key = jax.random.fold_in(self.eval_keys[i], k)
-        now = evaluator.evaluate(
-            policy, _current_set(ranges, self.exp.eval.contexts, jax.random.fold_in(key, _NOW)), key
+        key = jax.random.fold_in(self.eval_keys[i], k)  # the evaluator splits it per env
+        now_set = _current_set(
+            ranges, self.exp.eval.contexts, jax.random.fold_in(self.now_keys[i], k)
         )
+        now = evaluator.evaluate(policy, now_set, key)
         held = {split: evaluator.evaluate(policy, s, key) for split, s in self.sets.items()}
         heat = evaluator.evaluate(policy, self.grid, key).mean
         return {"now": float(np.nanmean(now.mean)), "held": held, "heat": heat}

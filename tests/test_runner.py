@@ -362,8 +362,9 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path):
     assert agg["eval/interpolation_gap"][0][1] == pytest.approx(np.mean(gaps), abs=1e-3)
     # return_std: the spread over a split's contexts (one episode each here, so the
     # spread over episodes within a context would be 0)
-    stds = [read_scalars(tmp_path / "seed_0")[f"eval/{s}/return_std"][0][1] for s in ("train",)]
-    assert all(v > 0 for v in stds), stds
+    seed_0 = read_scalars(tmp_path / "seed_0")
+    stds = {s: seed_0[f"eval/{s}/return_std"][0][1] for s in experiment.SPLITS}
+    assert max(stds.values()) > 0, stds
     for suffix in ("", "/iqm", "/ci_low", "/ci_high"):
         assert f"eval/extrapolation_high/return{suffix}" in agg
     # episodes cut by non-finite physics: counted per seed and split (none here)
@@ -455,3 +456,23 @@ def test_the_table_names_held_out_episodes_cut_by_non_finite_physics(capsys):
     out = capsys.readouterr().out
     assert "cut by non-finite physics" in out and "extrapolation_high 3" in out
     assert "train 0" not in out
+
+
+def test_evaluation_keys_are_none_of_trainings_keys():
+    """``split(k, n)[i]`` is ``fold_in(k, i)``: the held-out sets' key was fold_in(seed
+    key, 1), which is training's env key (split_keys(key, 3)[1]), and the evaluation
+    key fold_in(seed key, 2) was the curriculum's. The runner's streams now share no
+    key with training's, down to the per-env keys and the first segments' keys."""
+    data = lambda k: np.asarray(jax.random.key_data(k)).tobytes()  # noqa: E731
+    seed = 3
+    k_train, k_env, k_cur = ppo.split_keys(ppo.seed_keys(seed), 3)
+    training = {data(k) for k in (ppo.seed_keys(seed), k_train, k_env, k_cur)}
+    for k in (k_train, k_env, k_cur):
+        training |= {data(c) for c in jax.random.split(k, 65)}
+        training |= {data(jax.random.fold_in(k, i)) for i in range(8)}  # per-segment keys
+    runner = set()
+    for stream in (experiment._SETS, experiment._EVAL, experiment._NOW):
+        root = experiment._stream(seed, stream)
+        runner |= {data(root)} | {data(jax.random.fold_in(root, i)) for i in range(8)}
+    assert len(runner) == 27
+    assert not runner & training
