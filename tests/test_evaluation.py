@@ -75,14 +75,10 @@ def test_log_uniform_sets_are_placed_in_log_space():
     assert np.all((values > 0) & (values < 0.2))
 
 
-def test_the_heatmap_of_a_log_uniform_range_spans_its_extrapolation_in_log_space():
-    """The heatmap's grid covers what the extrapolation splits cover: for mass x0.25-4,
-    x0.125-8 geometrically (x1 in the middle cell). The linear grid it replaces ran
-    x0.003 (-0.69, clipped), 0.72, 2.13, 3.53, 4.94: nothing of the high side's x4.94-8."""
+def _heatmap_axes(target: C.ContextSpace) -> dict[str, np.ndarray]:
+    """The heatmap axes an experiment on inverted_pendulum would plot for `target`."""
     from metarl import experiment
-    from metarl.tensorboard import _grid_position
 
-    target = C.ContextSpace({"mass": C.LogUniform(0.25, 4.0, relative=True)})
     exp = experiment.Experiment(
         env=make_contextual("inverted_pendulum", target),
         target=target,
@@ -90,7 +86,17 @@ def test_the_heatmap_of_a_log_uniform_range_spans_its_extrapolation_in_log_space
         ppo=None,
         eval=experiment.EvalConfig(heatmap_points=5, extrapolation_factor=1.5),
     )
-    axis = experiment._heatmap_axes(exp)["mass"]
+    return experiment._heatmap_axes(exp)
+
+
+def test_the_heatmap_of_a_log_uniform_range_spans_its_extrapolation_in_log_space():
+    """The heatmap's grid covers what the extrapolation splits cover: for mass x0.25-4,
+    x0.125-8 geometrically (x1 in the middle cell). The linear grid it replaces ran
+    x0.003 (-0.69, clipped), 0.72, 2.13, 3.53, 4.94: nothing of the high side's x4.94-8."""
+    from metarl.tensorboard import _grid_position
+
+    target = C.ContextSpace({"mass": C.LogUniform(0.25, 4.0, relative=True)})
+    axis = _heatmap_axes(target)["mass"]
     np.testing.assert_allclose(axis, [0.125, 0.35355, 1.0, 2.8284, 8.0], rtol=1e-4)
     # the training box sits where its bounds lie on that axis: x0.25 and x4, in log steps
     assert _grid_position(axis, 0.25) == pytest.approx(2 / 3)
@@ -168,17 +174,8 @@ def test_the_grid_holds_other_names_at_a_trained_centre():
 def test_the_heatmap_keeps_a_scales_sign_as_the_extrapolation_splits_do():
     """actuator_gain x0.1-2, widened by 1.5 about its centre, would reach x-0.375 (a
     reversed motor) on the heatmap while extrapolation_low stays above 0."""
-    from metarl import experiment
-
     target = C.ContextSpace({"actuator_gain": C.Scale(0.1, 2.0)})
-    exp = experiment.Experiment(
-        env=make_contextual("inverted_pendulum", target),
-        target=target,
-        curriculum=None,
-        ppo=None,
-        eval=experiment.EvalConfig(heatmap_points=5, extrapolation_factor=1.5),
-    )
-    axis = experiment._heatmap_axes(exp)["actuator_gain"]
+    axis = _heatmap_axes(target)["actuator_gain"]
     assert np.all(axis > 0), axis
     assert axis.max() == pytest.approx(2.475)  # the high side is unchanged: 1.05 + 1.425
 
