@@ -1,6 +1,6 @@
 """Fixed domain randomization vs linear widening vs ADR on one task, same
-budget, all evaluated on the same held-out sets (the extrapolation set above
-all): does a curriculum buy generalization?
+budget, each seed's three runs evaluated on the same held-out sets (the
+extrapolation sets above all): does a curriculum buy generalization?
 
     python experiments/compare_curricula.py --logdir runs/compare
 """
