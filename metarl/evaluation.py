@@ -140,8 +140,7 @@ def interpolation(space: ContextSpace, num: int, seed: int = 1) -> ContextSet:
 
 def _trained_values(dist: Choice) -> np.ndarray:
     """The values a `Choice` draws (probability > 0), sorted, without repeats."""
-    values = np.asarray(dist.values)
-    return np.unique(values[np.asarray(dist.probs) > 0])
+    return np.unique(dist._drawn())
 
 
 def _scale(dist) -> tuple[Any, Any]:
@@ -152,21 +151,22 @@ def _scale(dist) -> tuple[Any, Any]:
     return (lambda x: x), (lambda x: x)
 
 
-def physical_bounds(env: ContextualEnv, name: str, dist, lo, hi) -> tuple[Any, Any]:
-    """(floor, ceiling) that held-out values of `name` must stay strictly within,
-    None where unbounded, in `_scale` coordinates (`lo`, `hi`: its training
-    interval there): the quantity's physical lower limit (mass > 0, ...), and a
-    relative scale of a quantity of either sign keeps the sign of its interval
-    (a flipped motor is another task, not a weaker one). A `LogUniform`'s log
-    space has none."""
+def clip_physical(env: ContextualEnv, name: str, dist, lo, hi, values, margin):
+    """`values` of `name` (in `_scale` coordinates; `lo`, `hi`: its training interval
+    there) kept `margin` inside what is physical: the quantity's lower limit (mass >
+    0, ...), and a relative scale of a quantity of either sign keeps the sign of its
+    interval (a flipped motor is another task, not a weaker one). A `LogUniform`'s
+    log space has no bound."""
     if isinstance(dist, LogUniform):
-        return None, None
+        return values
     lower = env.binding.lower_limit(name)
-    if lower is not None or not dist.relative:
-        return lower, None
-    if np.all(lo > 0):
-        return 0.0, None  # a positive scale of a signed quantity stays positive
-    return None, (0.0 if np.all(hi < 0) else None)
+    if lower is None and dist.relative and np.all(lo > 0):
+        lower = 0.0  # a positive scale of a signed quantity stays positive
+    if lower is not None:
+        return np.maximum(values, lower + margin)
+    if dist.relative and np.all(hi < 0):
+        return np.minimum(values, -margin)  # a negative one stays negative
+    return values
 
 
 def extrapolation(
@@ -204,11 +204,9 @@ def extrapolation(
         if rest is not None:  # an angle: the outside is the rest of the turn, halfway round
             outer_lo = np.maximum(outer_lo, lo - rest / 2)
             outer_hi = np.minimum(outer_hi, hi + rest / 2)
-        floor, ceiling = physical_bounds(env, name, dist, lo, hi)
-        if floor is not None:
-            outer_lo = np.maximum(outer_lo, floor + 1e-3 * half)
-        if ceiling is not None:
-            outer_hi = np.minimum(outer_hi, ceiling - 1e-3 * half)
+        outer_lo, outer_hi = (
+            clip_physical(env, name, dist, lo, hi, v, 1e-3 * half) for v in (outer_lo, outer_hi)
+        )
         sides = {"low": (outer_lo, lo), "high": (hi, outer_hi)}
         if rest is not None and np.all(rest <= 1e-3 * float(periods[name])):
             sides = {"low": (lo, hi), "high": (lo, hi)}  # the whole turn: no outside

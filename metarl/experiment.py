@@ -220,12 +220,8 @@ def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
         axis = np.linspace(centre - half, centre + half, exp.eval.heatmap_points)
         # the same bounds as the extrapolation splits: physical, and a scale's sign
         if name in exp.env.space:
-            floor, ceiling = E.physical_bounds(exp.env, name, exp.target[name], lo, hi)
             margin = 1e-3 * max(half, 1e-3)
-            if floor is not None:
-                axis = np.maximum(axis, floor + margin)
-            if ceiling is not None:
-                axis = np.minimum(axis, ceiling - margin)
+            axis = E.clip_physical(exp.env, name, exp.target[name], lo, hi, axis, margin)
         axes[name] = back(axis)
     return axes
 
