@@ -173,11 +173,9 @@ def test_cores_are_flax_cells_with_fused_gates(flax_cell, cell, carry):
 @pytest.mark.parametrize("reset_every_episode", [False, True])
 @pytest.mark.parametrize("core", ["mlp", "gru", "lstm"])
 def test_learner_recomputes_the_rollout_exactly(core, reset_every_episode):
-    # Returns span trials (RL^2) without per-episode resets, episodes with them.
-    span = "episode" if reset_every_episode else "trial"
-    config = ppo.PPOConfig(
-        core=core, reset_every_episode=reset_every_episode, returns_span=span, **TINY
-    )
+    config = ppo.PPOConfig(core=core, reset_every_episode=reset_every_episode, **TINY)
+    # returns_span "auto": trials (RL^2) without per-episode resets, episodes with them
+    assert config.trial_returns == (not reset_every_episode)
     env = pendulum()
     space = ppo.make_train_space(env, config)
     agent = space.agent
@@ -203,6 +201,12 @@ def test_learner_recomputes_the_rollout_exactly(core, reset_every_episode):
     np.testing.assert_array_equal(np.asarray(data.carry.new_episode) > 0, episodes[:-1])
     assert trials[1:].any() and (episodes & ~trials).any(), "no trial or episode start to check"
     assert not starts[0].all(), "every sequence starts fresh: carried cores untested"
+    # The RL^2 inputs start over with the cores: nothing of the episode (or trial)
+    # before leaks in (reset every episode, the last action once gave the motor away).
+    reset = np.asarray(data.carry.reset) > 0
+    np.testing.assert_array_equal(np.asarray(data.carry.prev_reward)[reset], 0)
+    np.testing.assert_array_equal(np.asarray(data.carry.prev_action)[reset], 0)
+    assert (np.asarray(data.carry.prev_reward)[~reset] != 0).all()
 
     # What a finished episode is bootstrapped from: the observation it ended on
     # (the next one where it goes on), seen with the inputs the next step has.

@@ -33,8 +33,8 @@ class AgentCarry:
 
     policy: Any  # policy core carry (() for a feed-forward core)
     value: Any  # value core carry
-    prev_action: jax.Array  # [..., A] encoded previous action (zeros at a trial start)
-    prev_reward: jax.Array  # [...] previous reward (zero at a trial start)
+    prev_action: jax.Array  # [..., A] encoded previous action (zeros where the cores reset)
+    prev_reward: jax.Array  # [...] previous reward (zero where the cores reset)
     new_episode: jax.Array  # [...] 1 where the next observation starts an episode
     reset: jax.Array  # [...] 1 where the cores must start fresh on the next observation
 
@@ -84,7 +84,7 @@ class Agent:
         """Records the env's answer to `action` (a batched Brax State)."""
         trial = state.info[TRIAL]
         fresh = trial.new_episode if self.reset_every_episode else trial.new_trial
-        keep = 1.0 - trial.new_trial
+        keep = 1.0 - fresh  # the RL^2 inputs start over with the cores
         return carry.replace(
             prev_action=self.head.encode(action, self.action_size) * keep[..., None],
             prev_reward=state.reward * keep,
