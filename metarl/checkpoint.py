@@ -35,7 +35,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from metarl.trees import is_key
+from metarl.trees import ADDRESS, is_key
 
 __all__ = ["CheckpointError", "all_steps", "damaged_steps", "latest_step", "restore", "save"]
 
@@ -76,15 +76,12 @@ def _digest(leaves) -> str:
     return h.hexdigest()
 
 
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-
-
 def _structure(treedef: jax.tree_util.PyTreeDef) -> str:
     """The tree structure with its static data (names, distribution flags) as text.
 
     Memory addresses are dropped: static data without a value-based repr (MJX's
     contact-layout wrappers in an mjx.Data) would otherwise differ on every run."""
-    return _ADDRESS.sub("", str(treedef))
+    return ADDRESS.sub("", str(treedef))
 
 
 def _flatten(tree) -> tuple[list[list], list, jax.tree_util.PyTreeDef]:
@@ -308,7 +305,7 @@ def _restore_step(directory: pathlib.Path, like, step: int):
         raise CheckpointError(
             f"step {step} in {directory} does not match `like`: {_diff(saved, described)}"
         )
-    if structure is not None and _ADDRESS.sub("", structure) != _structure(treedef):
+    if structure is not None and ADDRESS.sub("", structure) != _structure(treedef):
         raise CheckpointError(
             f"step {step} in {directory} does not match `like`: its tree structure or static "
             f"data (names, distribution flags) differ:\n  saved: {structure}\n  like:  "

@@ -8,7 +8,7 @@ goes through four stages, each a method of `Run`:
    same env and settings), the run's identity (`run.json`: its config and the
    software it runs on, `metarl.provenance`), fresh states, and the held-out
    context sets (train / interpolation / extrapolation low and high of the *target*
-   space), fixed for the whole run and shared by all its seeds;
+   space), fixed for the whole run, each seed's drawn from its own seed;
 2. **resume**: from ``<logdir>/checkpoints`` when one is there (training,
    env and curriculum states and segment index, restored bit for bit). A
    rerun whose config differs refuses to resume (see `RESUME_MODES`);
@@ -17,15 +17,19 @@ goes through four stages, each a method of `Run`:
    curriculum, logs to TensorBoard (`metarl.tensorboard` tag scheme) and saves
    a checkpoint. Every key comes from ``fold_in`` of the seed, so a resumed
    run logs exactly what an uninterrupted one does; evaluation's keys come from
-   streams apart from training's (`_stream`), so no key serves two purposes;
-4. **report**: hyperparameters with the final metrics (logged at the end of
-   the last segment, before its checkpoint) and the final table.
+   streams apart from training's (`_stream`), so no evaluation key is a
+   training key (one evaluation key serves every split of a segment: common
+   random numbers, so the gaps between splits carry less noise);
+4. **report**: hyperparameters with the final metrics (after the last
+   segment's checkpoint, on every run that reaches it: a rerun of a finished
+   run rewrites them) and the final table.
 
 With ``num_seeds`` N > 1 the N seeds ``seed, seed+1, ...`` train in one
 compiled program; each keeps its own curriculum state and TensorBoard run
 (``<logdir>/seed_<s>``) and held-out sets (drawn from its own seed, the same
-for every variant), and ``<logdir>/aggregate`` holds the mean, IQM and
-95% bootstrap CI over seeds of every eval return, one score per seed (`metarl.stats`).
+for every variant), and ``<logdir>/aggregate`` holds the mean, the IQM and
+the IQM's 95% bootstrap CI over seeds of every eval return, one score per seed
+(`metarl.stats`).
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ from metarl.tensorboard import (
     flatten_hparams,
     nonfinite_tag,
 )
-from metarl.trees import to_numpy
+from metarl.trees import stable_repr, to_numpy
 
 HISTORY = "history.json"
 RUN_FILE = "run.json"
@@ -71,9 +75,14 @@ RESUME_MODES = ("auto", "never", "force")
 # Fields a rerun may change under resume="auto": more (or fewer) segments.
 EXTENDABLE = ("segments",)
 # Fields not even resume="force" accepts: they would mix runs or fail to restore.
+# (`env.model`, the physics model's digest, can be forced: a library upgrade may change it)
 NEVER_FORCED = ("seed", "num_seeds", "ppo.", "experiment.")
 # Fields a run.json written by an older metarl lacks: not compared (with a note) then.
-RECORDED_LATER = ("experiment.env.reset_strategy", "experiment.env.reset_chunk")
+RECORDED_LATER = (
+    "experiment.env.reset_strategy",
+    "experiment.env.reset_chunk",
+    "experiment.env.space",
+)
 # What a run ran on, recorded beside its config and compared like config fields
 # "<section>.<name>" (forceable): provenance.software() (+ the script's hash), .platform()
 ENVIRONMENT = ("software", "platform")
@@ -305,7 +314,7 @@ def _identity(
             "num_seeds": num_seeds,
             "steps_per_segment": steps_per_segment,
             "segments": segments,
-            "experiment.target": repr(exp.target),
+            "experiment.target": stable_repr(exp.target),
             "experiment.curriculum": _describe_curriculum(exp.curriculum),
             "env.model": _model_digest(exp.env),
         }
@@ -330,6 +339,8 @@ def _describe_env(env: ContextualEnv) -> dict[str, Any]:
         # strategies agree bit for bit on a CPU, to float rounding on a GPU
         "reset_strategy": env.reset_strategy,
         "reset_chunk": env.reset_chunk,
+        # the env's own space: its default ranges, and the scale of a visible context
+        "space": stable_repr(env.space),
     }
     for name, value in sorted(vars(inner).items()):
         if hasattr(value, "to_dict"):  # ml_collections.ConfigDict
@@ -368,10 +379,22 @@ def _describe_curriculum(curriculum: CurriculumLike) -> str:
     or, for a curriculum that does not say, the name of its update function."""
     params = dict(getattr(curriculum, "params", None) or {})
     if params:
-        args = ", ".join(f"{k}={v!r}" for k, v in params.items() if k != "name")
+        args = ", ".join(f"{k}={stable_repr(v)}" for k, v in params.items() if k != "name")
         return f"{params['name']}({args})"
     update = curriculum.update
-    return f"{getattr(update, '__module__', '?')}.{getattr(update, '__qualname__', repr(update))}"
+    if hasattr(update, "__qualname__"):
+        return f"{getattr(update, '__module__', '?')}.{update.__qualname__}"
+    return stable_repr(update)  # e.g. a functools.partial: its function and arguments
+
+
+def _enumerate(items: list[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]]))
+
+
+def _run_logdirs(logdir: pathlib.Path) -> list[pathlib.Path]:
+    """Where a run in `logdir` writes event files, for any number of seeds."""
+    return [logdir, *sorted(logdir.glob("seed_*")), logdir / "aggregate"]
 
 
 def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -396,8 +419,10 @@ def check_identity(
 
     resume="never": refuse any existing run. "auto": resume when the config is
     the same but for `EXTENDABLE` fields (more segments). "force": also accept
-    other differences, except `NEVER_FORCED` fields (seeds, PPO, env, target,
-    curriculum), which would mix runs; accepted differences are recorded.
+    other differences, except `NEVER_FORCED` fields (seeds, PPO, the env's
+    settings and space, target, curriculum), which would mix runs; accepted
+    differences are recorded. The model digest `env.model` can be forced (a
+    library upgrade may change it).
     The software a run ran on (`metarl.provenance.software`: library versions,
     a hash of metarl's source and of the script) and its platform
     (`metarl.provenance.platform`: device kind and count, XLA flags, JAX's
@@ -418,9 +443,13 @@ def check_identity(
         "forced": [],
     }
     leftovers = [p.name for p in (logdir / CHECKPOINTS, logdir / HISTORY) if p.exists()]
+    # event files where a run logs (a fresh start deletes its own stale ones)
+    events = [f for d in _run_logdirs(logdir) for f in d.glob("events.out.tfevents.*")]
+    if not path.exists() and events:
+        leftovers.append("TensorBoard event files")
     if not path.exists() and leftovers:
         raise SystemExit(
-            f"{logdir} holds {' and '.join(leftovers)} but no {RUN_FILE}: the config they "
+            f"{logdir} holds {_enumerate(leftovers)} but no {RUN_FILE}: the config they "
             f"were made with is unknown, so they are neither resumed nor replaced. Put the "
             f"run's {RUN_FILE} back, or start a new run with another --logdir"
         )
@@ -631,8 +660,6 @@ class Run:
         if self.num_seeds > 1:
             self._log_aggregate(loggers[-1], step, results, ranges, metrics[0])
         self.rows.append(self._row(k + 1, step, metrics, results))
-        if k + 1 == segments:  # before the checkpoint: a rerun after it has nothing to log
-            self.report(loggers)
         _write_json(self.logdir / HISTORY, self.rows)
         checkpoint.save(self.logdir / CHECKPOINTS, k + 1, self._state(k + 1), keep=2)
 
@@ -739,9 +766,11 @@ class Run:
             row["episodes"] = [self._per_seed(list(map(float, e))) for e in per_episode]
         return row
 
-    # stage 4 (at the end of the last segment)
+    # stage 4 (after the last segment, on every run that reaches it)
     def report(self, loggers: list[RunLogger]) -> None:
-        """The hyperparameters with the final metrics, for TensorBoard's HParams tab."""
+        """The hyperparameters with the final metrics, for TensorBoard's HParams tab;
+        each call replaces what an earlier one wrote (`RunLogger.log_hparams`), so a
+        rerun of a finished run, or one ended at fewer segments, reports its last."""
         final = self.rows[-1]
         for i, logger in enumerate(loggers[: self.num_seeds]):
             values = {
@@ -753,18 +782,23 @@ class Run:
                 values[f"episode_{j}"] = v[i] if isinstance(v, list) else v
             # what ran (run.json's config: the PPO and eval settings of this experiment,
             # not the script's defaults a variant replaced), with this seed
-            logger.log_hparams({**self.identity, "seed": self.seeds[i]}, values)
+            logger.log_hparams(
+                {**self.identity, "seed": self.seeds[i]}, values, step=final["env_steps"]
+            )
             logger.flush()
 
 
 def _over_seeds(tag: str, scores: np.ndarray) -> dict[str, float]:
-    """An aggregate scalar: the mean, IQM and 95% CI over seeds of one score per seed."""
+    """An aggregate scalar over seeds of one score per seed: the mean, the IQM and
+    the IQM's 95% CI (the mean can lie outside it), over the seeds with a finite
+    score, and how many seeds were left out for a non-finite one."""
     agg = stats.summarize(np.asarray(scores, float))
     return {
         tag: agg.mean,
         f"{tag}/iqm": agg.iqm,
-        f"{tag}/ci_low": agg.ci_low,
-        f"{tag}/ci_high": agg.ci_high,
+        f"{tag}/iqm_ci_low": agg.ci_low,
+        f"{tag}/iqm_ci_high": agg.ci_high,
+        f"{tag}/nonfinite_seeds": float(agg.dropped),
     }
 
 
@@ -877,6 +911,8 @@ def _segments(r: Run, stack, flag, segments, steps_per_segment, hparams, resume,
             raise SystemExit(130) from None
         if progress:
             tqdm.write(_line(_cells(r.rows[-1], r.num_seeds)))
+    if r.rows:
+        r.report(loggers)
 
 
 def run_variants(

@@ -20,9 +20,12 @@ Tags (``step`` is always the environment-step count):
 * ``eval/heatmap``: image of the mean return over a 2-D context grid, every cell
   labelled, the ranges trained on in that segment outlined; logged at every segment.
 * With several seeds, ``<logdir>/seed_<s>`` holds each seed's run and
-  ``<logdir>/aggregate`` the ``<tag>`` mean, ``<tag>/iqm``, ``<tag>/ci_low`` and
-  ``<tag>/ci_high`` over seeds of every eval scalar (see `metarl.stats`).
-* ``hparams/<metric>``: final metrics shown with the hyperparameters (HParams dashboard).
+  ``<logdir>/aggregate`` the ``<tag>`` mean, ``<tag>/iqm``, the IQM's 95% CI
+  ``<tag>/iqm_ci_low`` and ``<tag>/iqm_ci_high`` over the seeds with a finite score,
+  and ``<tag>/nonfinite_seeds`` (the seeds left out), for every eval scalar (see
+  `metarl.stats`).
+* ``hparams/<metric>``: final metrics shown with the hyperparameters (HParams dashboard),
+  in an event file of their own that a later report replaces.
 
 NaN and inf values are written as they are (TensorBoard marks such points), so a
 diverged loss, or a segment in which no episode finished (its ``train/return`` is
@@ -40,14 +43,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import pathlib
 import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from tensorboardX import SummaryWriter
+from tensorboardX import FileWriter, SummaryWriter
 from tensorboardX.summary import hparams as _hparams_summaries
+from tensorboardX.summary import scalar as _scalar_summary
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -61,6 +66,7 @@ GENERALIZATION_GAP = "eval/generalization_gap"
 INTERPOLATION_GAP = "eval/interpolation_gap"
 HEATMAP = "eval/heatmap"
 HEATMAP_SIZE = (640, 480)  # (width, height) of the heatmap image in pixels
+HPARAMS_SUFFIX = ".hparams"  # the end of the name of the event file `log_hparams` writes
 _INVALID = re.compile(r"[^-/\w\.]")
 
 
@@ -357,15 +363,34 @@ class RunLogger:
         self._last_step = max(self._last_step, int(step))
         self._writer.add_image(HEATMAP, rgb, int(step), dataformats="HWC")
 
-    def log_hparams(self, hparams: Any, metrics: Mapping[str, float]) -> None:
+    def log_hparams(
+        self, hparams: Any, metrics: Mapping[str, float], step: int | None = None
+    ) -> None:
         """The run's hyperparameters (mapping or dataclass, flattened) with final metrics,
-        stored as hparams/<metric> at the last step logged, for the HParams dashboard."""
+        stored as hparams/<metric> at `step` (default: the last step logged), for the
+        HParams dashboard.
+
+        They go to an event file of their own (name ending in `HPARAMS_SUFFIX`) that
+        replaces the one an earlier call wrote in this logdir: a run extended after
+        it finished shows one HParams session, its last, as a run that never stopped
+        does (a purge marker cannot hide the earlier one, which sits at a step the
+        extended run keeps)."""
+        step = self._last_step if step is None else int(step)
         tags = {hparam_metric_tag(k): _scalar(v) for k, v in metrics.items()}
         tags = {k: v for k, v in tags.items() if v is not None}
+        earlier = sorted(pathlib.Path(self.logdir).glob(f"events.out.tfevents.*{HPARAMS_SUFFIX}"))
+        suffix = f".{time.time_ns():020d}.{os.getpid()}{HPARAMS_SUFFIX}"
+        writer = FileWriter(self.logdir, filename_suffix=suffix)
         for summary in _hparams_summaries(flatten_hparams(hparams), tags):
-            self._writer.file_writer.add_summary(summary, self._last_step)
+            writer.add_summary(summary, step)
         for tag, value in tags.items():
-            self._writer.add_scalar(tag, value, self._last_step)
+            writer.add_summary(_scalar_summary(tag, value), step)
+        writer.close()
+        for f in pathlib.Path(self.logdir).glob(f"events.out.tfevents.*{suffix}"):
+            with open(f, "rb") as written:  # durable before the earlier file goes
+                os.fsync(written.fileno())
+        for f in earlier:
+            f.unlink()
 
     def log_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
         """Scalars under the given tags (cleaned); NaN and inf are written as they are."""

@@ -1,7 +1,9 @@
-"""Pytree helpers shared by checks, checkpoints and tests."""
+"""Pytree helpers shared by checks, checkpoints, run records and tests."""
 
 from __future__ import annotations
 
+import re
+import sys
 from typing import Any
 
 import jax
@@ -18,3 +20,30 @@ def to_numpy(tree: Any) -> Any:
     return jax.tree.map(
         lambda x: np.asarray(jax.random.key_data(x) if is_key(x) else x), jax.device_get(tree)
     )
+
+
+# A memory address in a repr ("<function f at 0x7f...>"): different in every process.
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+# NumPy's default print options, except that every float is printed exactly (the
+# shortest text that reads back as the same value) and no array is summarised.
+_EXACT_PRINT = dict(
+    precision=8,
+    threshold=sys.maxsize,
+    edgeitems=3,
+    linewidth=75,
+    suppress=False,
+    nanstr="nan",
+    infstr="inf",
+    formatter=None,
+    sign="-",
+    floatmode="unique",
+    legacy=False,
+)
+
+
+def stable_repr(value: Any) -> str:
+    """`repr(value)` as every process prints it: arrays exact whatever
+    `np.set_printoptions` says (two float32 values that differ give different
+    text), and memory addresses dropped. For run records compared across runs."""
+    with np.printoptions(**_EXACT_PRINT):
+        return ADDRESS.sub("", repr(value))

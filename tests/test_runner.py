@@ -1,6 +1,7 @@
 """metarl.experiment: run identity, bit-exact resume of every logged scalar, seeds
 as a batch axis, and a clean exit on Ctrl-C."""
 
+import functools
 import json
 import os
 import pathlib
@@ -15,13 +16,14 @@ import jax
 import numpy as np
 import pytest
 from brax import envs as brax_envs
+from tensorboardX import SummaryWriter
 
 import curricula
 from metarl import checkpoint, experiment, provenance, stats
 from metarl import contexts as C
 from metarl.agents import ppo
 from metarl.envs import make_contextual
-from metarl.tensorboard import RunLogger, read_scalars
+from metarl.tensorboard import HPARAMS_SUFFIX, RunLogger, read_scalars
 from metarl.trees import to_numpy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -36,8 +38,8 @@ CONFIG = ppo.PPOConfig(
     value_hidden=(16,),
 )
 STEPS = 256
-# Timing and the final hparams summary legitimately differ between two processes.
-UNTIMED = ("perf/", "train/env_steps_per_sec", "hparams/")
+# Timing legitimately differs between two processes.
+UNTIMED = ("perf/", "train/env_steps_per_sec")
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +77,28 @@ def _timed_free(scalars):
     return {k: v for k, v in scalars.items() if not k.startswith(UNTIMED)}
 
 
+def _hparams_sessions(logdir) -> list[tuple[int, dict]]:
+    """(step, hparams) of every HParams session in a run's event files, read with
+    TensorBoard's own loader and plugin-data parser."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams import metadata
+
+    sessions = []
+    for path in sorted(pathlib.Path(logdir).glob("events.out.tfevents.*")):
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                if value.tag == metadata.SESSION_START_INFO_TAG:
+                    info = metadata.parse_session_start_info_plugin_data(
+                        value.metadata.plugin_data.content
+                    )
+                    hparams = {
+                        k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind"))
+                        for k, v in info.hparams.items()
+                    }
+                    sessions.append((event.step, hparams))
+    return sessions
+
+
 def test_resumed_run_logs_exactly_what_an_uninterrupted_run_logs(exp, compiled, tmp_path):
     whole = _run(exp, compiled, tmp_path / "whole", 3)
     _run(exp, compiled, tmp_path / "parts", 2)  # then "killed" and rerun for 3 segments
@@ -86,6 +110,11 @@ def test_resumed_run_logs_exactly_what_an_uninterrupted_run_logs(exp, compiled, 
     for tag in a:
         assert a[tag] == b[tag], tag  # same steps, same values, no duplicates
     assert [s for s, _ in a["eval/extrapolation_low/return"]] == [256, 512, 768]
+    # the HParams too: the 2-segment run's report was replaced by the extended run's
+    assert [s for s, _ in b["hparams/train"]] == [768]
+    sessions = _hparams_sessions(tmp_path / "parts")
+    assert [(step, h["segments"]) for step, h in sessions] == [(768, 3)]
+    assert sessions == _hparams_sessions(tmp_path / "whole")
 
 
 def test_a_restart_before_the_first_checkpoint_leaves_no_duplicate_points(exp, compiled, tmp_path):
@@ -128,9 +157,32 @@ def test_a_logdir_with_checkpoints_but_no_run_record_is_never_resumed(exp, compi
     _run(exp, compiled, logdir, 1)
     (logdir / experiment.RUN_FILE).unlink()
     for resume in experiment.RESUME_MODES:
-        with pytest.raises(SystemExit, match="holds checkpoints and history.json but no run.json"):
+        with pytest.raises(
+            SystemExit,
+            match="holds checkpoints, history.json and TensorBoard event files but no run.json",
+        ):
             _run(exp, compiled, logdir, 2, resume=resume)
     assert checkpoint.latest_step(logdir / experiment.CHECKPOINTS) == 1  # nothing touched
+    # another program's TensorBoard events: never deleted by a fresh start
+    foreign = tmp_path / "foreign"
+    with SummaryWriter(str(foreign)) as writer:
+        writer.add_scalar("my/loss", 1.0, 0)
+    for resume in experiment.RESUME_MODES:
+        with pytest.raises(SystemExit, match="holds TensorBoard event files but no run.json"):
+            _run(exp, compiled, foreign, 1, resume=resume)
+    assert read_scalars(foreign) == {"my/loss": [(0, 1.0)]}
+
+
+def test_a_rerun_of_a_finished_run_reports_its_hparams(exp, compiled, tmp_path):
+    """As after a kill between the last checkpoint and the report: the rerun trains
+    nothing and writes the HParams, once."""
+    logdir = tmp_path / "run"
+    _run(exp, compiled, logdir, 2)
+    for f in logdir.glob(f"events.out.tfevents.*{HPARAMS_SUFFIX}"):
+        f.unlink()
+    _run(exp, compiled, logdir, 2)
+    assert [(step, h["segments"]) for step, h in _hparams_sessions(logdir)] == [(512, 2)]
+    assert [s for s, _ in read_scalars(logdir)["hparams/train"]] == [512]
 
 
 def test_fewer_segments_than_a_run_holds_are_refused(exp, compiled, tmp_path):
@@ -226,6 +278,19 @@ def test_the_run_identity_holds_what_changes_the_numbers(exp):
     assert changed(identity(replace(exp, env=looped))) == ["experiment.env.reset_strategy"]
     chunked = make_contextual("inverted_pendulum", TARGET, episode_length=50, reset_chunk=0.5)
     assert changed(identity(replace(exp, env=chunked))) == ["experiment.env.reset_chunk"]
+    # numbers exactly, whatever NumPy's print options: gravity 5 and 5.0000005 (the
+    # next float32) differ, in the target and in the env's own space (which scales a
+    # visible context)
+    nudged = C.ContextSpace({"gravity": C.Uniform(5.0000005, 15.0), "mass": C.Scale(0.5, 2.0)})
+    with np.printoptions(precision=3):
+        assert changed(identity(replace(exp, target=nudged))) == ["experiment.target"]
+        own = make_contextual("inverted_pendulum", nudged, episode_length=50)
+        assert changed(identity(replace(exp, env=own))) == ["experiment.env.space"]
+    # a curriculum without params, its update a partial: described without addresses
+    update = functools.partial(lambda state, results, rate: state, rate=0.5)
+    custom = exp.curriculum._replace(update=update, params=None)
+    described = identity(replace(exp, curriculum=custom))["experiment.curriculum"]
+    assert "rate=0.5" in described and " at 0x" not in described
     assert identity(exp) == base  # the same in every call
 
 
@@ -365,7 +430,7 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path):
     seed_0 = read_scalars(tmp_path / "seed_0")
     stds = {s: seed_0[f"eval/{s}/return_std"][0][1] for s in experiment.SPLITS}
     assert max(stds.values()) > 0, stds
-    for suffix in ("", "/iqm", "/ci_low", "/ci_high"):
+    for suffix in ("", "/iqm", "/iqm_ci_low", "/iqm_ci_high", "/nonfinite_seeds"):
         assert f"eval/extrapolation_high/return{suffix}" in agg
     # episodes cut by non-finite physics: counted per seed and split (none here)
     assert rows[0]["nonfinite_episodes"]["extrapolation_low"] == [0, 0]
@@ -382,15 +447,20 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path):
     # the adaptation curve over seeds, as every aggregate scalar: mean, IQM and 95% CI
     second = rows[0]["episodes"][1]  # episode 2 of a trial, per seed
     curve = stats.summarize(second)
-    for suffix, value in (("", curve.mean), ("/ci_low", curve.ci_low), ("/iqm", curve.iqm)):
+    for suffix, value in (("", curve.mean), ("/iqm_ci_low", curve.ci_low), ("/iqm", curve.iqm)):
         got = agg[f"eval/train/episode_2/return{suffix}"][0][1]
         assert got == pytest.approx(value, rel=1e-5, abs=1e-3), suffix
-    (_, low), (_, high) = agg["eval/train/return/ci_low"][0], agg["eval/train/return/ci_high"][0]
+    (_, low), (_, high) = (agg[f"eval/train/return/iqm_ci_{s}"][0] for s in ("low", "high"))
     assert low <= min(rows[0]["train"]) + 1e-3 and high >= max(rows[0]["train"]) - 1e-3
     # The same estimand as the printed table: one score per seed (its mean over the
     # contexts), not every (seed, context) score as if the contexts were independent runs.
     want = stats.summarize(rows[0]["train"])
-    for suffix, value in (("/iqm", want.iqm), ("/ci_low", want.ci_low), ("/ci_high", want.ci_high)):
+    for suffix, value in (
+        ("/iqm", want.iqm),
+        ("/iqm_ci_low", want.ci_low),
+        ("/iqm_ci_high", want.ci_high),
+        ("/nonfinite_seeds", 0),
+    ):
         assert agg[f"eval/train/return{suffix}"][0][1] == pytest.approx(value, rel=1e-5, abs=1e-3)
 
 
