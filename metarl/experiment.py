@@ -413,9 +413,16 @@ def _environment() -> dict[str, dict[str, Any]]:
 
 
 def check_identity(
-    logdir: pathlib.Path, config: dict[str, Any], resume: str, segments_done: int = 0
-) -> None:
-    """Refuses to continue a run whose recorded config differs (see `RESUME_MODES`).
+    logdir: pathlib.Path,
+    config: dict[str, Any],
+    resume: str,
+    segments_done: int = 0,
+    write: bool = True,
+) -> dict[str, Any]:
+    """Refuses to continue a run whose recorded config differs (see `RESUME_MODES`);
+    returns the record run.json is to hold, and writes it there if `write` (`Run`
+    writes it only once the checkpoint is restored: a resume that fails changes
+    nothing).
 
     resume="never": refuse any existing run. "auto": resume when the config is
     the same but for `EXTENDABLE` fields (more segments). "force": also accept
@@ -503,7 +510,9 @@ def check_identity(
         record["config_before"] = old.get("config_before", []) + ([earlier] if earlier else [])
         if blocking:
             print(f"Resuming with changed fields (forced): {sorted(blocking)}", file=sys.stderr)
-    _write_json(path, record)
+    if write:
+        _write_json(path, record)
+    return record
 
 
 # ---- the run ----
@@ -554,7 +563,9 @@ class Run:
             self.exp, hparams, self.num_seeds, self.seed, steps_per_segment, segments
         )
         done = checkpoint.latest_step(self.logdir / CHECKPOINTS)
-        check_identity(self.logdir, identity, resume, segments_done=done or 0)
+        self.record = check_identity(
+            self.logdir, identity, resume, segments_done=done or 0, write=False
+        )
         self.identity = identity
         exp = self.exp
         keys = ppo.seed_keys(self.seed, self.num_seeds if self.num_seeds > 1 else None)
@@ -604,6 +615,7 @@ class Run:
                 for f in d.glob("events.out.tfevents.*"):
                     f.unlink()
             (self.logdir / HISTORY).unlink(missing_ok=True)
+            _write_json(self.logdir / RUN_FILE, self.record)
             return
         try:
             state = checkpoint.restore(ckpt, like=self._state(0))
@@ -613,6 +625,7 @@ class Run:
                 "another structure was made by another config: start a new run with "
                 "another --logdir)"
             ) from None
+        _write_json(self.logdir / RUN_FILE, self.record)  # restored: the record may change
         self.ts, self.es, self.cstates = state["training"], state["env"], state["curriculum"]
         self.start = int(state["segment"])
         history = self.logdir / HISTORY

@@ -359,16 +359,19 @@ def test_compiled_pieces_serve_only_runs_with_the_same_evaluation(exp, compiled)
 
 def test_damaged_checkpoints_are_never_started_over(exp, compiled, tmp_path):
     logdir = tmp_path / "run"
-    _run(exp, compiled, logdir, 1)
+    _run(exp, compiled, logdir, 1, hparams={"lr": 1.0})
     kept = sorted(logdir.glob("events.out.tfevents.*")) + [logdir / experiment.HISTORY]
+    record = (logdir / experiment.RUN_FILE).read_text()
     for path in (logdir / experiment.CHECKPOINTS / "1").rglob("*"):
         if path.is_file() and path.stat().st_size:
             path.write_bytes(bytes(path.stat().st_size))  # every byte zeroed
+    forced = {"hparams": {"lr": 2.0}, "resume": "force"}  # a change that could be forced
     with pytest.warns(RuntimeWarning), pytest.raises(SystemExit, match="nothing was deleted"):
-        _run(exp, compiled, logdir, 2)
+        _run(exp, compiled, logdir, 2, **forced)
     with pytest.raises(SystemExit, match=r"only damaged ones moved aside \(damaged-1\)"):
-        _run(exp, compiled, logdir, 2)
+        _run(exp, compiled, logdir, 2, **forced)
     assert all(path.exists() for path in kept)  # neither the logs nor the history went
+    assert (logdir / experiment.RUN_FILE).read_text() == record  # nor the record changed
     assert (logdir / experiment.CHECKPOINTS / "damaged-1").is_dir()
 
 
