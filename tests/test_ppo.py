@@ -87,23 +87,6 @@ def test_invalid_config_raises(kwargs, message):
         ppo.PPOConfig(**kwargs)
 
 
-@pytest.mark.parametrize(
-    "kwargs,trial",
-    [
-        ({}, False),  # an MLP cannot tell the episodes of a trial apart
-        ({"core": "gru"}, True),
-        ({"core": "gru", "reset_every_episode": True}, False),
-        ({"rl2_inputs": True}, True),  # the previous reward crosses into the next episode
-        ({"returns_span": "trial"}, True),  # an explicit span is kept
-        ({"core": "lstm", "returns_span": "episode"}, False),
-    ],
-)
-def test_returns_span_auto_runs_returns_across_a_trial_only_for_an_agent_that_remembers(
-    kwargs, trial
-):
-    assert ppo.PPOConfig(**kwargs).trial_returns is trial
-
-
 # ---- learning on inverted_pendulum, reused by the tests below ----
 @pytest.fixture(scope="module")
 def pendulum():

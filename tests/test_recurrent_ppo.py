@@ -173,9 +173,11 @@ def test_cores_are_flax_cells_with_fused_gates(flax_cell, cell, carry):
 @pytest.mark.parametrize("reset_every_episode", [False, True])
 @pytest.mark.parametrize("core", ["mlp", "gru", "lstm"])
 def test_learner_recomputes_the_rollout_exactly(core, reset_every_episode):
-    config = ppo.PPOConfig(core=core, reset_every_episode=reset_every_episode, **TINY)
-    # returns_span "auto": trials (RL^2) without per-episode resets, episodes with them
-    assert config.trial_returns == (not reset_every_episode)
+    # Returns span trials (RL^2) without per-episode resets, episodes with them.
+    span = "episode" if reset_every_episode else "trial"
+    config = ppo.PPOConfig(
+        core=core, reset_every_episode=reset_every_episode, returns_span=span, **TINY
+    )
     env = pendulum()
     space = ppo.make_train_space(env, config)
     agent = space.agent

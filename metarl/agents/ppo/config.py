@@ -8,7 +8,7 @@ import math
 from metarl.agents.distributions import ACTION_DISTRIBUTIONS
 from metarl.agents.networks import CORES
 
-RETURNS_SPANS = ("auto", "trial", "episode")
+RETURNS_SPANS = ("trial", "episode")
 _POSITIVE_INTS = ("num_envs", "unroll_length", "num_minibatches", "num_updates_per_batch")
 _FLOATS = (
     "learning_rate",
@@ -51,10 +51,7 @@ class PPOConfig:
     action_distribution: str = "tanh_normal"  # or "categorical"
     rl2_inputs: bool = False  # feed previous action, reward and a new-episode flag
     reset_every_episode: bool = False  # reset recurrent state every episode, not every trial
-    # "trial": RL^2 returns run across a trial's episodes; "episode": each episode's
-    # return ends with it; "auto": "trial" where the agent can carry what it learned
-    # into the next episode of a trial (see `trial_returns`), "episode" where it cannot
-    returns_span: str = "auto"
+    returns_span: str = "trial"  # "trial": RL^2 returns run across a trial's episodes
     seed: int = 0
 
     def __post_init__(self):
@@ -123,22 +120,6 @@ class PPOConfig:
         for name in ("core", "action_distribution", "returns_span"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"PPOConfig.{name} must be a string, got {getattr(self, name)!r}")
-
-    @property
-    def trial_returns(self) -> bool:
-        """Whether returns (and GAE) run across the episodes of a trial.
-
-        "auto" resolves to yes where the agent can carry something from one
-        episode into the next (a recurrent core or RL^2 inputs, not reset every
-        episode): its value is then the return of the rest of the trial. An agent
-        that cannot (an MLP, or a core reset every episode) gets "episode": it
-        cannot tell the episodes of a trial apart, so trial returns would give
-        identical inputs different value targets.
-        """
-        if self.returns_span != "auto":
-            return self.returns_span == "trial"
-        remembers = self.core != "mlp" or self.rl2_inputs
-        return remembers and not self.reset_every_episode
 
     @property
     def batch_size(self) -> int:

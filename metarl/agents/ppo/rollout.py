@@ -52,7 +52,7 @@ def unroll(env, agent, config, params, normalizer, es: EnvState):
         )(state.obs, es.carry, sample)
         nxt = jax.vmap(env.step)(state, action)
         trial = nxt.info[TRIAL]
-        boundary = trial.new_trial if config.trial_returns else nxt.done
+        boundary = trial.new_trial if config.returns_span == "trial" else nxt.done
         next_carry = agent.observe(carry, action, nxt)
         # The input the agent would have seen had the finished episode gone on.
         continued = carry.replace(
