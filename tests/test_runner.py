@@ -413,9 +413,13 @@ def test_seed_k_of_a_batched_run_equals_the_single_run_with_that_seed(exp):
     assert not np.allclose(jax.tree.leaves(params)[0][0], jax.tree.leaves(params)[0][1])
 
 
-def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path):
+def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path, monkeypatch):
     trials = make_contextual("inverted_pendulum", TARGET, episode_length=25, episodes_per_trial=2)
+    drawn = _heatmaps(monkeypatch)
     rows = _run(replace(exp, env=trials), None, tmp_path, 1, num_seeds=2)
+    # each seed's heatmap and the aggregate's outline the ranges trained on
+    assert {d[0] for d in drawn} == {"seed_0", "seed_1", "aggregate"}
+    _check_heatmap_boxes(exp, drawn)
     assert len(rows[0]["train"]) == 2
     agg = read_scalars(tmp_path / "aggregate")
     gaps = []
@@ -467,9 +471,8 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path):
         assert agg[f"eval/train/return{suffix}"][0][1] == pytest.approx(value, rel=1e-5, abs=1e-3)
 
 
-def test_the_heatmap_outlines_the_ranges_trained_on_in_each_segment(
-    exp, compiled, tmp_path, monkeypatch
-):
+def _heatmaps(monkeypatch) -> list[tuple]:
+    """(run, step, x name, x units, training box) of every heatmap logged from now on."""
     drawn = []
 
     def log_heatmap(self, step, x_name, xs, y_name, ys, returns, train_box=None):
@@ -478,8 +481,19 @@ def test_the_heatmap_outlines_the_ranges_trained_on_in_each_segment(
         )
 
     monkeypatch.setattr(RunLogger, "log_heatmap", log_heatmap)
+    return drawn
+
+
+def test_the_heatmap_outlines_the_ranges_trained_on_in_each_segment(
+    exp, compiled, tmp_path, monkeypatch
+):
+    drawn = _heatmaps(monkeypatch)
     _run(exp, compiled, tmp_path / "one", 2)
-    _run(exp, None, tmp_path / "two", 1, num_seeds=2)
+    assert {d[0] for d in drawn} == {"one"}
+    _check_heatmap_boxes(exp, drawn)  # with seeds: test_a_seeded_run_logs_each_seed_...
+
+
+def _check_heatmap_boxes(exp, drawn) -> None:
     curriculum = exp.curriculum  # LinearWidening: the ranges widen at every segment
     state = curriculum.init(TARGET, defaults=exp.env.default_context())
     trained = {STEPS: curriculum.ranges(state)}
@@ -491,7 +505,6 @@ def test_the_heatmap_outlines_the_ranges_trained_on_in_each_segment(
         (g_lo, g_hi), (m_lo, m_hi) = (spans[n] for n in ("gravity", "mass"))
         assert (x_name, units) == ("gravity", "m/s^2"), run  # the aggregate knows units too
         np.testing.assert_allclose(box, [g_lo, g_hi, m_lo, m_hi], rtol=1e-6, err_msg=run)
-    assert {d[0] for d in drawn} == {"one", "seed_0", "seed_1", "aggregate"}
 
 
 def test_ctrl_c_keeps_the_checkpoint_and_exits_without_a_traceback(tmp_path):
