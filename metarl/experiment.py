@@ -609,6 +609,14 @@ class Run:
                     f"({', '.join(damaged)}); nothing was deleted. Remove or move them to "
                     "start this run over, or start a new run with another --logdir"
                 )
+            history = self.logdir / HISTORY
+            if history.exists() and len(json.loads(history.read_text())) > 1:
+                # more segments than a kill before the first checkpoint leaves
+                raise SystemExit(
+                    f"{self.logdir} holds the history of several segments but no checkpoint "
+                    f"in {ckpt}: its checkpoints were removed. Nothing was deleted; put them "
+                    "back to resume, or start a new run with another --logdir"
+                )
             # A fresh start: whatever an earlier attempt logged before its first
             # checkpoint is stale (it would duplicate points), so it goes.
             for d in self._logdirs():

@@ -124,6 +124,11 @@ def test_a_restart_before_the_first_checkpoint_leaves_no_duplicate_points(exp, c
     _run(exp, compiled, logdir, 2)
     steps = [s for s, _ in read_scalars(logdir)["train/return"]]
     assert steps == [256, 512]
+    # checkpoints removed after several segments: refused, the logs kept
+    shutil.rmtree(logdir / "checkpoints")
+    with pytest.raises(SystemExit, match="history of several segments but no checkpoint"):
+        _run(exp, compiled, logdir, 3)
+    assert [s for s, _ in read_scalars(logdir)["train/return"]] == [256, 512]
 
 
 def test_a_rerun_with_another_config_refuses_and_names_the_fields(exp, compiled, tmp_path):
