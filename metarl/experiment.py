@@ -601,7 +601,7 @@ class Run:
 
     # stage 2
     def resume(self) -> None:
-        ckpt = self.logdir / CHECKPOINTS
+        ckpt, history = self.logdir / CHECKPOINTS, self.logdir / HISTORY
         if checkpoint.latest_step(ckpt) is None:
             if damaged := checkpoint.damaged_steps(ckpt):  # never start over on top of them
                 raise SystemExit(
@@ -609,7 +609,6 @@ class Run:
                     f"({', '.join(damaged)}); nothing was deleted. Remove or move them to "
                     "start this run over, or start a new run with another --logdir"
                 )
-            history = self.logdir / HISTORY
             if history.exists() and len(json.loads(history.read_text())) > 1:
                 # more segments than a kill before the first checkpoint leaves
                 raise SystemExit(
@@ -622,7 +621,7 @@ class Run:
             for d in self._logdirs():
                 for f in d.glob("events.out.tfevents.*"):
                     f.unlink()
-            (self.logdir / HISTORY).unlink(missing_ok=True)
+            history.unlink(missing_ok=True)
             _write_json(self.logdir / RUN_FILE, self.record)
             return
         try:
@@ -636,7 +635,6 @@ class Run:
         _write_json(self.logdir / RUN_FILE, self.record)  # restored: the record may change
         self.ts, self.es, self.cstates = state["training"], state["env"], state["curriculum"]
         self.start = int(state["segment"])
-        history = self.logdir / HISTORY
         self.rows = json.loads(history.read_text())[: self.start] if history.exists() else []
         print(
             f"Resuming {self.logdir} after segment {self.start} "
