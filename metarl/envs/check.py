@@ -41,10 +41,12 @@ def check_env(
     `max_steps` random-action steps must end at least one trial (shorten the
     env's `episode_length` for envs that never terminate).
     """
-    reset = jax.jit(jax.vmap(env.reset))
+    # One compiled reset serves every check: the env's own ranges and pinned ones
+    # are pytrees of one structure, so passing them in compiles the reset once.
+    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
     step = jax.vmap(env.step)
     keys = jax.random.split(jax.random.key(seed), num_envs)
-    state = reset(keys)
+    state = reset(keys, env.space)
     _check_reset(env, state, num_envs)
 
     # Roll out random actions; contexts hold within a trial and change at its end.
@@ -73,7 +75,7 @@ def check_env(
     _check_resampling(env, state.info[CONTEXT], ctx, new_trial)
 
     # Determinism: the same keys give bit-identical states.
-    again, _ = rollout(reset(keys), k_run)
+    again, _ = rollout(reset(keys, env.space), k_run)
     same = jax.tree.map(
         lambda a, b: bool(np.array_equal(a, b, equal_nan=True)),
         to_numpy(final),
@@ -83,7 +85,7 @@ def check_env(
         all(jax.tree.leaves(same)),
         "two runs from the same key differ: the env is not deterministic",
     )
-    reached = _check_contexts_reach_the_simulation(env, keys, lambda s: rollout(s, k_run))
+    reached = _check_contexts_reach_the_simulation(env, reset, keys, lambda s: rollout(s, k_run))
     return {
         "steps": max_steps * num_envs,
         "episodes_ended": int(np.asarray(done).sum()),
@@ -92,13 +94,12 @@ def check_env(
     }
 
 
-def _check_contexts_reach_the_simulation(env: ContextualEnv, keys, rollout) -> int:
+def _check_contexts_reach_the_simulation(env: ContextualEnv, reset, keys, rollout) -> int:
     """Every context that varies changes what the env does: with every name pinned
     to one draw, then one name moved to the draw farthest from it (the same reset
     keys and actions, the same compiled rollout), the dynamical state (`_dynamics`),
     the env's own observations or the rewards differ. Returns the number of names
     checked."""
-    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
     draws = {}
     for i, (name, dist) in enumerate(env.space.items()):
         if isinstance(dist, Fixed):
