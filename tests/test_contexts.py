@@ -240,12 +240,6 @@ BAD = {
         "expected a distribution",
     ),
     "bad flag": (lambda: C.Uniform(1.0, 2.0, relative="yes"), "True or False"),
-    "scaled about defaults that differ": (
-        lambda: C.ContextSpace({"friction": C.Uniform(0.1, 1.0)}).scaled(
-            0.5, around={"friction": [1.0, 2.0]}
-        ),
-        "defaults differ",
-    ),
 }
 
 
@@ -335,7 +329,7 @@ def test_check_ranges_validates_ranges_rebuilt_by_jax(case):
 
 
 def test_check_ranges_takes_nan_only_as_each_elements_own_default():
-    """pinned(default_context()) draws NaN for a shared absolute entry whose elements'
+    """pinned(default_context()) draws NaN for an absolute entry whose elements'
     defaults differ (each keeps its own); anywhere else NaN is refused."""
     from brax import envs as brax_envs
 
@@ -419,6 +413,39 @@ def test_visible_pinned_defaults_observe_the_mean_default():
     mean = float(np.mean(env.default_context()["friction"]))
     state = jax.jit(env.reset)(jax.random.key(0), env.space.pinned(env.default_context()))
     np.testing.assert_allclose(state.obs[-1], (mean - 0.8) / 0.4, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "mass",
+    [C.Scale(0.5, 2.0, per_element=True), C.Uniform(1.0, 12.0, per_element=True)],
+    ids=["relative", "absolute"],
+)
+def test_per_element_entries_with_one_range_pin_to_the_envs_own_physics(mass):
+    """One range for every element (scalar parameters), drawn per element: pinned to
+    env.default_context() (x1 each, or the cart's and pole's own masses), the env runs
+    exactly in its own physics, and the shapes stay those of the space."""
+    from metarl.envs import make_contextual
+
+    gravity = {"gravity": C.Uniform(5.0, 15.0)}
+    env = make_contextual("inverted_pendulum", C.ContextSpace({"mass": mass, **gravity}))
+    reference = make_contextual("inverted_pendulum", C.ContextSpace(gravity))
+    defaults = env.default_context()
+    pinned = env.space.pinned(defaults)
+    assert jax.tree.structure(pinned) == jax.tree.structure(env.space)
+    assert [np.shape(x) for x in jax.tree.leaves(pinned)] == [
+        np.shape(x) for x in jax.tree.leaves(env.space)
+    ]
+    got = _trajectory(env, pinned)
+    want = _trajectory(reference, reference.space.pinned({"gravity": defaults["gravity"]}))
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    heavier = np.asarray(defaults["mass"]) * 1.5
+    if mass.relative:  # x1.5 for every element: one number
+        other = _trajectory(env, env.space.pinned({**defaults, "mass": heavier}))
+        assert not np.array_equal(other[0], got[0])
+    else:  # differing values that are not the env's own: one range cannot hold them
+        with pytest.raises(ValueError, match="one range for all elements"):
+            env.space.pinned({**defaults, "mass": heavier})
 
 
 def test_pinned_shared_entry_to_arbitrary_differing_values_raises():

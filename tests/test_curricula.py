@@ -185,6 +185,24 @@ def test_ranges_start_at_the_targets_nearest_edge_when_a_default_lies_outside_it
         state = cur.update(state, {**_results(n, seed), "eval_return": 100.0})
 
 
+@pytest.mark.parametrize("index", range(4))
+def test_a_shared_entry_whose_elements_defaults_differ_grows_about_their_mean(index):
+    # hopper's floor and foot friction (1 and 2): one shared draw, no single default
+    cur, n = _curricula()[index], 4
+    defaults = {"friction": np.array([1.0, 2.0], np.float32).view(C.EnvDefaults)}
+    for low, high in ((0.5, 2.5), (0.4, 1.2)):
+        target = C.ContextSpace({"friction": C.Uniform(low, high)})
+        state = cur.init(target, defaults=defaults, num_envs=n, key=jax.random.key(0))
+        first = cur.ranges(state)
+        first = curricula.adr_ranges(state) if isinstance(first, C.PerEnv) else first
+        lo, hi = float(first["friction"].low), float(first["friction"].high)
+        if high > 1.5:  # a fifth of the target or less, centred on 1.5
+            assert lo < 1.5 < hi and hi - lo <= 0.4 + 1e-6
+            assert abs((lo + hi) / 2 - 1.5) < 1e-6
+        else:  # the mean lies above the target: its nearest edge
+            assert lo == hi == np.float32(1.2)
+
+
 # -- performance gating --
 
 

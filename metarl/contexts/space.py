@@ -131,7 +131,8 @@ class ContextSpace(Mapping):
         around=None scales each distribution about its own centre. A mapping
         (usually ``env.default_context()``) scales about the environment's
         defaults: relative distributions about 1, absolute ones about the
-        given default, which must be one number for a shared distribution.
+        given default (for a shared one whose elements' defaults differ, about
+        their mean).
         """
         out = {}
         for name, dist in self._dists.items():
@@ -153,13 +154,17 @@ class ContextSpace(Mapping):
         valid set of ranges for an env built on this space (no recompilation):
         evaluation and ADR use it to run episodes in chosen contexts.
 
-        A shared entry draws one number for all its elements, so its parameters
-        have shape (): an array of equal values pins it to that value, and an
-        array of differing values cannot be represented, except one: the
-        `EnvDefaults` array that ``env.default_context()`` returns for a shared
-        absolute entry whose elements' defaults differ (hopper's ``friction``).
+        A per-element entry whose parameters hold one number per element is
+        pinned to one value per element. A shared entry draws one number for
+        all its elements, and a per-element one with scalar parameters draws
+        each from one range, so their parameters have shape (): an array of
+        equal values pins them to that value, and an array of differing values
+        cannot be represented, except one: the `EnvDefaults` array that
+        ``env.default_context()`` returns for an absolute entry whose elements'
+        defaults differ (hopper's shared ``friction``, a per-element ``mass``).
         That one pins the entry to NaN, which the binding writes as "each
-        element at the env's own default" and observes as the mean default.
+        element at the env's own default" and observes as those defaults (their
+        mean for a shared entry).
         Shapes, the context's shape in ``state.info`` and the observation size
         stay those of the space, so ``env.space.pinned(env.default_context())``
         runs the env in exactly its own physics wherever ranges are accepted.
@@ -199,32 +204,40 @@ class EnvDefaults(np.ndarray):
 
 
 def _pin(name: str, dist: Distribution, value: Any) -> Distribution:
-    if dist.per_element or isinstance(value, jax.core.Tracer) or np.ndim(value) == 0:
+    if isinstance(value, jax.core.Tracer) or np.ndim(value) == 0:
         return dist.pin(value)
+    if dist.per_element:  # one value per element, where its parameters hold one each
+        try:
+            return dist.pin(value)
+        except ValueError:
+            pass
     if isinstance(value, EnvDefaults) and not dist.relative:
         return dist.pin_to_defaults()
     flat = np.asarray(value, np.float32).reshape(-1)
     if flat.size and np.all(flat == flat[0]):
         return dist.pin(flat[0])
+    kind = (
+        "has one range for all elements"
+        if dist.per_element
+        else "is shared (one draw for all elements)"
+    )
     raise ValueError(
-        f"pinned(): {name!r} is shared (one draw for all elements) but got differing "
-        f"per-element values {flat.tolist()}; pin it to one number, use per_element=True "
-        "ranges, or pin it to env.default_context()[name] for the env's own values"
+        f"pinned(): {name!r} {kind} but got differing per-element values "
+        f"{flat.tolist()}; pin it to one number, give its distribution per-element "
+        "parameters, or pin it to env.default_context()[name] for the env's own values"
     )
 
 
 def _shared_default(name: str, dist: Distribution, defaults: Mapping) -> np.ndarray:
+    """The centre an absolute entry is scaled about: its default, per element where
+    it draws per element; for a shared entry whose elements' defaults differ
+    (hopper's floor and foot friction), their mean, which is also what its visible
+    context observes for the env's own values."""
     if name not in defaults:
         raise ValueError(f"scaled(around=...): no default given for {name!r}")
     value = np.asarray(defaults[name], np.float32)
     if not dist.per_element and value.ndim > 0:
-        if not np.all(value == value.flat[0]):
-            raise ValueError(
-                f"scaled(around=defaults): {name!r} is absolute and shared by all elements, "
-                f"but their defaults differ ({value.tolist()}): use relative=True, "
-                "per_element=True or around=None"
-            )
-        value = value.flat[0]
+        value = np.float32(value.mean())
     return value
 
 
@@ -263,15 +276,11 @@ class _Entry:
 
     @property
     def mixed_default(self) -> bool:
-        """A shared absolute entry whose elements' defaults differ: a NaN draw
-        (`ContextSpace.pinned` to `EnvDefaults`) writes each element's default."""
+        """An absolute entry whose elements' defaults differ: a NaN draw
+        (`ContextSpace.pinned` to `EnvDefaults`, for a distribution with one
+        range for all elements) writes each element's default."""
         d = self.default
-        return (
-            not self.relative
-            and not self.per_element
-            and d.ndim > 0
-            and bool(np.any(d != d.flat[0]))
-        )
+        return not self.relative and d.ndim > 0 and bool(np.any(d != d.flat[0]))
 
     def value(self, draw: jax.Array) -> jax.Array:
         """The drawn context in the target's units, one value per element."""
@@ -388,8 +397,9 @@ class Binding:
         for e in self.entries:
             offset, scale = _normaliser(self.space[e.name])
             c = context[e.name]
-            if e.mixed_default:  # the env's own values: observed as their mean
-                c = jnp.where(jnp.isnan(c), np.float32(e.default.mean()), c)
+            if e.mixed_default:  # the env's own values: per element, or their mean if shared
+                own = e.default if e.per_element else np.float32(e.default.mean())
+                c = jnp.where(jnp.isnan(c), own, c)
             v = (c - offset) / scale
             parts.append(jnp.reshape(jnp.broadcast_to(v, e.draw_shape), (-1,)))
         if not parts:
