@@ -212,6 +212,30 @@ def test_set_ranges_marks_the_running_trials_of_changed_envs_until_their_next_tr
     assert float(state.info[CONTEXT]["gravity"][1]) >= 30.0  # the new trial drew from them
 
 
+def test_set_ranges_takes_per_env_rows_in_and_out_of_jit_and_checks_them():
+    space = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)})
+    env = make_contextual(Puck(), space, episode_length=3)
+    state = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.key(0), 4))
+    rows = C.ContextSpace(
+        {"gravity": C.Uniform(np.array([5.0, 30, 5, 5]), np.array([15.0, 31, 15, 15]))}
+    )
+    for call in (env.set_ranges, jax.jit(env.set_ranges)):
+        for given in (rows, C.PerEnv(rows)):
+            flags = call(state, given).info[TRIAL].current_ranges
+            np.testing.assert_array_equal(flags, [1, 0, 1, 1])
+    # the numbers of per-env rows are checked like shared ones
+    bad = jax.tree.map(np.array, rows)  # a copy, rebuilt without the constructor's checks
+    bad["gravity"].low[2], bad["gravity"].high[2] = 9.0, 8.0
+    for given in (bad, C.PerEnv(bad)):
+        with pytest.raises(ValueError, match="low <= high"):
+            env.set_ranges(state, given)
+    # rows of another length are refused in and out of jit, naming the shapes
+    three = C.PerEnv(jax.tree.map(lambda x: x[:3], rows))
+    for call in (env.set_ranges, jax.jit(env.set_ranges)):
+        with pytest.raises(ValueError, match="parameter shapes differ"):
+            call(state, three)
+
+
 def test_privileged_observation_is_a_dict():
     env = make_contextual("inverted_pendulum", PENDULUM_SPACE, visible_context="privileged")
     state = env.reset(jax.random.key(0))
@@ -220,26 +244,43 @@ def test_privileged_observation_is_a_dict():
     assert state.obs["privileged"].shape == (4,)
 
 
+class _PuckWithMetrics(Puck):
+    """Brax-style metrics and an info entry that only its step writes."""
+
+    def reset(self, rng):
+        s = super().reset(rng)
+        return s.replace(metrics={"x_velocity": jnp.zeros(())})
+
+    def step(self, state, action):
+        s = super().step(state, action)
+        speed = s.pipeline_state.qd[0]
+        return s.replace(metrics={"x_velocity": speed}, info={**s.info, "speed": speed})
+
+
 def test_non_finite_state_is_cut_and_reported():
-    """A stiff spring with a long timestep blows up: the env must report it, not train on NaN."""
+    """A stiff spring with a long timestep blows up: the env must report it, not train on
+    NaN; nothing of the cut step (metrics, info the step writes) leaves the env as NaN."""
     env = make_contextual(
-        Puck(), C.ContextSpace({"stiffness": C.Fixed(1e4), "timestep": C.Fixed(0.2)})
+        _PuckWithMetrics(), C.ContextSpace({"stiffness": C.Fixed(1e4), "timestep": C.Fixed(0.2)})
     )
 
     @jax.jit
     def run(key):
         s = env.reset(key)
+        s = s.replace(info={**s.info, "speed": jnp.zeros(())})
 
         def body(s, _):
             s = env.step(s, jnp.ones(1))
-            return s, (s.obs, s.reward, s.done, s.info[TRIAL].nonfinite, s.info[TRIAL].final_obs)
+            trial = s.info[TRIAL]
+            out = (s.obs, s.reward, s.metrics, s.info["speed"], trial.final_obs)
+            return s, (s.done, trial.nonfinite, out)
 
         return jax.lax.scan(body, s, None, length=60)[1]
 
-    obs, reward, done, nonfinite, final_obs = run(jax.random.key(0))
+    done, nonfinite, outputs = run(jax.random.key(0))
     assert float(np.asarray(nonfinite).sum()) > 0
     assert np.all(np.asarray(done)[np.asarray(nonfinite) > 0] == 1)
-    for x in (obs, reward, final_obs):
+    for x in jax.tree.leaves(outputs):
         assert np.all(np.isfinite(np.asarray(x)))
 
 

@@ -27,7 +27,7 @@ from brax import envs as brax_envs
 from brax.envs.base import Env, PipelineEnv, State
 from flax import struct
 
-from metarl.contexts import BACKENDS, Binding, Context, ContextSpace, bind
+from metarl.contexts import BACKENDS, Binding, Context, ContextSpace, PerEnv, bind
 from metarl.envs import sources
 from metarl.envs.autoreset import check_strategy, pooled_where_done, where_done
 from metarl.envs.mjcf import MjcfEnv
@@ -78,6 +78,18 @@ def _strong(tree):
 def _finite(tree) -> jax.Array:
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+
+
+def _cut(finite: jax.Array, tree: Any) -> Any:
+    """`tree`'s floating-point leaves, zeroed where the step was not `finite`."""
+
+    def zero(x):
+        x = jnp.asarray(x)
+        return (
+            jnp.where(finite, x, 0).astype(x.dtype) if jnp.issubdtype(x.dtype, jnp.inexact) else x
+        )
+
+    return jax.tree.map(zero, tree)
 
 
 class ContextualEnv(Env):
@@ -221,9 +233,7 @@ class ContextualEnv(Env):
         truncated = timeout * (1.0 - terminated)
         done = jnp.maximum(terminated, timeout)
         trial_over = (done > 0) & (trial.episode + 1 >= self.episodes_per_trial)
-        final_obs = jax.tree.map(
-            lambda x: jnp.where(finite, x, 0.0), self._observe(nstate.obs, context)
-        )
+        final_obs = _cut(finite, self._observe(nstate.obs, context))
 
         # The inputs of this env's next reset, were it done now.
         operand = (
@@ -260,30 +270,58 @@ class ContextualEnv(Env):
             final_obs=final_obs,
             current_ranges=jnp.where(trial_over, 1.0, trial.current_ranges),
         )
-        info = {**nstate.info, **env_info, CONTEXT: context, TRIAL: trial, **info}
+        # A cut step's metrics and the info only the step writes are zeroed like its
+        # reward: no NaN leaves the env.
+        ours = (CONTEXT, TRIAL, POOL)
+        step_info = _cut(
+            finite, {k: v for k, v in nstate.info.items() if k not in env_info and k not in ours}
+        )
+        info = {**step_info, **env_info, CONTEXT: context, TRIAL: trial, **info}
         return _strong(
             nstate.replace(
-                pipeline_state=pipeline_state, obs=obs, reward=reward, done=done, info=info
+                pipeline_state=pipeline_state,
+                obs=obs,
+                reward=reward,
+                done=done,
+                metrics=_cut(finite, nstate.metrics),
+                info=info,
             )
         )
 
-    def set_ranges(self, state: State, ranges: ContextSpace) -> State:
+    def set_ranges(self, state: State, ranges: ContextSpace | PerEnv) -> State:
         """Replaces the ranges new contexts are drawn from, for every env in `state`.
 
-        Validated when `ranges` holds concrete numbers; no recompilation when a
-        jitted function receives the result. A trial already running keeps its
-        context: an env whose ranges changed has ``TrialInfo.current_ranges`` 0
-        until its next trial starts.
+        `ranges`: shared by every env, or one row per env of a batched `state`
+        (`PerEnv`, or a space whose parameters have the state's batch shape in
+        front). Shapes are checked in and out of jit, numbers where they are
+        concrete; no recompilation when a jitted function receives the result.
+        A trial already running keeps its context: an env whose ranges changed
+        has ``TrialInfo.current_ranges`` 0 until its next trial starts.
         """
-        if all(not isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(ranges)):
-            ranges = self.binding.check_ranges(ranges)
         trial: TrialInfo = state.info[TRIAL]
+        batch = trial.current_ranges.shape  # () for one env, [B] (or [S, B]) batched
+        if isinstance(ranges, PerEnv):
+            ranges, rows = ranges.ranges, batch
+            self.space.check_compatible(ranges, rows)
+        else:
+            try:
+                rows = ()
+                self.space.check_compatible(ranges)
+            except ValueError as shared:
+                if not batch:
+                    raise
+                try:  # one row per env
+                    rows = batch
+                    self.space.check_compatible(ranges, rows)
+                except ValueError:
+                    raise shared from None
+        if all(not isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(ranges)):
+            ranges = self.binding.check_ranges(ranges, rows)
         new = jax.tree.map(
             lambda old, x: jnp.broadcast_to(jnp.asarray(x, old.dtype), old.shape),
             trial.ranges,
             ranges,
         )
-        batch = trial.current_ranges.shape  # () for one env, [B] (or [S, B]) batched
 
         def same(old, x):  # per env: every number unchanged (NaN pins included)
             equal = (old == x) | (jnp.isnan(old) & jnp.isnan(x))
