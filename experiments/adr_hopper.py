@@ -24,10 +24,10 @@ from metarl.envs import make_contextual
 @dataclasses.dataclass(frozen=True)
 class Config(experiment.RunArgs):
     logdir: str = "runs/adr_hopper"
-    # ADR credits a boundary only with episodes that started under it, so a segment
-    # lasts about two 1000-step episodes per env (2M steps / 1024 envs)
     segments: int = 10
     steps_per_segment: int = 2_000_000
+    """About two 1000-step episodes per env (2M steps / 1024 envs): ADR credits a
+    boundary only with episodes that started under it."""
     seed: int = 0
     backend: str = "generalized"
     low_threshold: float = 300.0  # returns below this at a boundary shrink it

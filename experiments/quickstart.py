@@ -1,5 +1,5 @@
-"""Quickstart: a recurrent agent on an inverted pendulum whose gravity and pole
-mass widen from narrow to wide over the segments, then held-out evaluation.
+"""Quickstart: a recurrent agent on an inverted pendulum whose gravity and the
+cart and pole masses widen from narrow to wide over the segments, then held-out evaluation.
 
     python experiments/quickstart.py --logdir runs/quickstart
     tensorboard --logdir runs/quickstart
@@ -28,9 +28,9 @@ class Config(experiment.RunArgs):
     steps_per_segment: int = 60_000
     seed: int = 0
     start_fraction: float = 0.2  # the first segment trains on 20% of the target ranges
-    # segments after which the ranges are the target: a run extended with more
-    # --segments goes on at the target, the schedule so far unchanged
     widening_segments: int = 4
+    """Segments after which the ranges are the target: a run extended with more
+    --segments goes on at the target, the schedule so far unchanged."""
     ppo: PPOConfig = PPOConfig(
         num_envs=128,
         unroll_length=16,

@@ -1,7 +1,7 @@
 """Samples physics contexts and rolls out a random policy in each.
 
-A first look at a contextual env: every env draws its own gravity and pole
-mass, every episode draws anew, and the table shows what each env got.
+A first look at a contextual env: every env draws its own gravity and cart
+and pole masses, every episode draws anew, and the table shows what each env got.
 
     python experiments/random_contexts.py --num-envs 8 --steps 300
 """

@@ -22,8 +22,9 @@ Tags (``step`` is always the environment-step count):
 * With several seeds, ``<logdir>/seed_<s>`` holds each seed's run and
   ``<logdir>/aggregate`` the ``<tag>`` mean, ``<tag>/iqm``, the IQM's 95% CI
   ``<tag>/iqm_ci_low`` and ``<tag>/iqm_ci_high`` over the seeds with a finite score,
-  and ``<tag>/nonfinite_seeds`` (the seeds left out), for every eval scalar (see
-  `metarl.stats`).
+  and ``<tag>/nonfinite_seeds`` (the seeds left out), for every eval return, gap
+  and adaptation-curve point (see `metarl.stats`); ``return_std``, a spread within
+  one seed, is per seed only.
 * ``hparams/<metric>``: final metrics shown with the hyperparameters (HParams dashboard),
   in an event file of their own that a later report replaces.
 
