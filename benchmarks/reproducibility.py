@@ -93,7 +93,7 @@ def train_once(cfg: Config) -> dict:
     )
     train_space, ts, history = ppo.train(env, config, cfg.num_timesteps, segments=cfg.segments)
     result = E.Evaluator(env, episodes=2, max_contexts=4).evaluate(
-        ppo.make_policy(train_space, ts), E.in_distribution(space, 4, seed=1), jax.random.key(2)
+        ppo.make_policy(train_space, ts), E.in_distribution(space, 4, 1, env), jax.random.key(2)
     )
     return {
         "digest": _digest(ts, history, result.mean),

@@ -42,9 +42,11 @@ training draws fall beyond that 4.6% of the time, so its extrapolation splits
 (2-3 std out at factor 1.5) are rare in training, not unseen, and its
 interpolation split is uniform over +- 2 std.
 
-A per-element quantity whose elements share one interval is pinned to one value
-shared by its elements; elements with intervals of their own each get a value
-placed against their own interval.
+A per-element quantity (``per_element=True``) gets one value per element in
+every split but ``grid``, each drawn on its own as training draws it (elements
+of one context may lie on different sides in ``extrapolation``); give the
+builders the env (``env=``) so that they know how many elements a range shared
+by its elements covers. ``grid`` moves all elements of a name together.
 Each context runs `episodes` episodes with the deterministic policy: parallel
 envs each run one trial (the recurrent carry starts fresh per trial).
 """
@@ -62,7 +64,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metarl.contexts import Choice, ContextSpace, LogUniform
+from metarl.contexts import Choice, ContextSpace, Fixed, LogUniform
 from metarl.envs import TRIAL, ContextualEnv
 
 SIDES = ("both", "low", "high")
@@ -97,25 +99,42 @@ def _element_bounds(space: ContextSpace) -> dict[str, tuple[Any, Any]]:
     return out
 
 
-def in_distribution(space: ContextSpace, num: int, seed: int = 0) -> ContextSet:
-    """`num` contexts drawn from the training ranges themselves."""
+def _shape(space: ContextSpace, name: str, env: ContextualEnv | None) -> tuple[int, ...]:
+    """The shape of one context's value of `name`, as training draws it: one value per
+    element for a per-element entry (the env's binding knows how many elements a range
+    shared by them covers), else one value (or the parameters' own shape)."""
+    if env is not None:
+        for e in env.binding.entries:
+            if e.name == name:
+                return e.draw_shape
+    dist = space[name]
+    if isinstance(dist, Choice):
+        return ()
+    return np.broadcast_shapes(*map(np.shape, jax.tree.leaves(dist)))
+
+
+def in_distribution(
+    space: ContextSpace, num: int, seed: int = 0, env: ContextualEnv | None = None
+) -> ContextSet:
+    """`num` contexts drawn from the training ranges themselves (with `env`: one
+    value per element of a per-element entry, as training draws them)."""
     keys = jax.random.split(jax.random.key(seed), len(space))
     values = {}
     for (name, dist), k in zip(space.items(), keys):
-        shape = (
-            ()
-            if isinstance(dist, Choice)
-            else np.broadcast_shapes(*map(np.shape, jax.tree.leaves(dist)))
-        )
+        shape = _shape(space, name, env)
         values[name] = np.asarray(dist.sample(k, (num,) + shape), np.float32)
     return ContextSet("train", values)
 
 
-def interpolation(space: ContextSpace, num: int, seed: int = 1) -> ContextSet:
-    """`num` contexts inside the training intervals, off any discrete training support."""
+def interpolation(
+    space: ContextSpace, num: int, seed: int = 1, env: ContextualEnv | None = None
+) -> ContextSet:
+    """`num` contexts inside the training intervals, off any discrete training support
+    (with `env`: one value per element of a per-element entry)."""
     rng = np.random.default_rng(seed)
     values = {}
     for name, dist in space.items():
+        shape = (num,) + _shape(space, name, env)
         if isinstance(dist, Choice):
             support = _trained_values(dist)
             if len(support) == 1:  # not varied in training: kept at its value
@@ -129,11 +148,11 @@ def interpolation(space: ContextSpace, num: int, seed: int = 1) -> ContextSet:
                     f"interpolation: nothing lies between the values of {name!r}"
                     + (" without crossing a scale of 0" if len(support) > 1 else "")
                 )
-            values[name] = rng.choice(np.asarray(mids), num).astype(np.float32)
-        else:  # one draw per context; per-element intervals take it at their own scale
+            values[name] = rng.choice(np.asarray(mids), shape).astype(np.float32)
+        else:  # each element in its own interval
             to, back = _scale(dist)
             lo, hi = map(to, _element_bounds(ContextSpace({name: dist}))[name])
-            u = rng.uniform(0.0, 1.0, num).reshape((num,) + (1,) * np.ndim(lo))
+            u = rng.uniform(0.0, 1.0, shape)
             values[name] = back(lo + u * (hi - lo)).astype(np.float32)
     return ContextSet("interpolation", values)
 
@@ -181,7 +200,8 @@ def extrapolation(
 
     Values lie within `factor` x the interval about its centre (per element, for
     per-element intervals that differ); a side that
-    would be non-physical for the quantity (mass <= 0, ...) is not used.
+    would be non-physical for the quantity (mass <= 0, ...) is not used. Every
+    element of a per-element entry is a dimension of its own.
     `side`: "both" (each dimension picks a side at random; split name
     ``extrapolation``), "low" or "high" (every dimension below / above its
     interval; split ``extrapolation_low`` / ``extrapolation_high``).
@@ -217,14 +237,12 @@ def extrapolation(
                 f"extrapolation: no valid values {'outside' if side == 'both' else side + ' of'} "
                 f"the training range of {name!r}"
             )
-        pick = rng.integers(0, len(usable), num)
-        # one draw per context, each element in its own interval's side
-        values[name] = np.asarray(
-            [
-                back(usable[i][0] + rng.uniform(0.0, 1.0) * (usable[i][1] - usable[i][0]))
-                for i in pick
-            ],
-            np.float32,
+        # each element on a side of its own interval, drawn on its own as in training
+        shape = (num,) + _shape(space, name, env)
+        pick = rng.integers(0, len(usable), shape)
+        start, end = (np.choose(pick, [np.broadcast_to(s[j], shape) for s in usable]) for j in (0, 1))
+        values[name] = back(start + rng.uniform(0.0, 1.0, shape) * (end - start)).astype(
+            np.float32
         )
     return ContextSet("extrapolation" if side == "both" else f"extrapolation_{side}", values)
 
@@ -287,6 +305,32 @@ class Evaluator:
         self.max_contexts = max_contexts
         self.trials = math.ceil(episodes / env.episodes_per_trial)
         self._run = jax.jit(self._rollout)
+        self._elements = {e.name: e.draw_shape for e in env.binding.entries if e.draw_shape}
+
+    def _point(self, values: Mapping[str, Any]) -> ContextSpace:
+        """Ranges that draw exactly `values`: a shared entry pinned
+        (`ContextSpace.pinned`, same kind and shapes), a per-element one as `Fixed`
+        at one value per element. Its training range may be one range for all
+        elements, which can pin only one number; training draws every element on its
+        own, so evaluation sets each element's value. Always the same structure: one
+        compilation for every set."""
+        missing = [n for n in self._elements if n not in values]
+        if missing:
+            raise ValueError(
+                f"a context set must give every per-element name a value; missing {missing}"
+            )
+        out = dict(
+            self.env.space.pinned({n: v for n, v in values.items() if n not in self._elements})
+        )
+        for name, shape in self._elements.items():
+            value = np.asarray(values[name], np.float32)
+            if value.shape not in ((), shape):
+                raise ValueError(
+                    f"context {name!r}: a value of shape {value.shape}; this per-element entry "
+                    f"takes one number or one per element, shape {shape}"
+                )
+            out[name] = Fixed(np.broadcast_to(value, shape).copy())
+        return ContextSpace(out)
 
     def _rollout(self, policy, ranges, key):
         env, k = self.env, self.env.episodes_per_trial
@@ -322,7 +366,7 @@ class Evaluator:
         if not 1 <= c <= self.max_contexts:
             raise ValueError(f"a context set must hold 1..{self.max_contexts} contexts, got {c}")
         idx = np.minimum(np.arange(self.max_contexts), c - 1)
-        spaces = [self.env.space.pinned({n: v[i] for n, v in contexts.values.items()}) for i in idx]
+        spaces = [self._point({n: v[i] for n, v in contexts.values.items()}) for i in idx]
         ranges = jax.tree.map(lambda *x: np.repeat(np.stack(x), self.trials, axis=0), *spaces)
         raw, cut = map(np.asarray, self._run(policy, ranges, key))  # [contexts * trials, k]
         per_context = raw.reshape(self.max_contexts, -1)[:c, : self.episodes]

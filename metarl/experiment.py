@@ -245,8 +245,8 @@ def held_out_sets(exp: Experiment, seed: int) -> dict[str, E.ContextSet]:
     base = _stream(seed, _SETS)
     n, factor = exp.eval.contexts, exp.eval.extrapolation_factor
     builders = {
-        "train": lambda s: E.in_distribution(exp.target, n, s),
-        "interpolation": lambda s: E.interpolation(exp.target, n, s),
+        "train": lambda s: E.in_distribution(exp.target, n, s, exp.env),
+        "interpolation": lambda s: E.interpolation(exp.target, n, s, exp.env),
         "extrapolation": lambda s: E.extrapolation(exp.env, exp.target, n, factor, s),
         "extrapolation_low": lambda s: E.extrapolation(exp.env, exp.target, n, factor, s, "low"),
         "extrapolation_high": lambda s: E.extrapolation(exp.env, exp.target, n, factor, s, "high"),
@@ -260,14 +260,16 @@ def held_out_sets(exp: Experiment, seed: int) -> dict[str, E.ContextSet]:
     return sets
 
 
-def _current_set(ranges: ContextSpace | PerEnv, num: int, key: jax.Array) -> E.ContextSet:
+def _current_set(
+    env: ContextualEnv, ranges: ContextSpace | PerEnv, num: int, key: jax.Array
+) -> E.ContextSet:
     """Contexts drawn as training draws them now (a random env's ranges if per env)."""
     if not isinstance(ranges, PerEnv):
-        return E.in_distribution(ranges, num, _int_seed(key))
+        return E.in_distribution(ranges, num, _int_seed(key), env)
     k_rows, k_picks = jax.random.split(key)  # a key is drawn from or split, never both
     rows = np.random.default_rng(_int_seed(k_rows)).integers(0, ranges.num_envs, num)
     picks = [
-        E.in_distribution(ranges.row(i), 1, _int_seed(jax.random.fold_in(k_picks, k)))
+        E.in_distribution(ranges.row(i), 1, _int_seed(jax.random.fold_in(k_picks, k)), env)
         for k, i in enumerate(rows)
     ]
     names = list(ranges.ranges)
@@ -687,7 +689,7 @@ class Run:
         evaluator = self.compiled.evaluator
         key = jax.random.fold_in(self.eval_keys[i], k)  # the evaluator splits it per env
         now_set = _current_set(
-            ranges, self.exp.eval.contexts, jax.random.fold_in(self.now_keys[i], k)
+            self.exp.env, ranges, self.exp.eval.contexts, jax.random.fold_in(self.now_keys[i], k)
         )
         now = evaluator.evaluate(policy, now_set, key)
         held = {split: evaluator.evaluate(policy, s, key) for split, s in self.sets[i].items()}

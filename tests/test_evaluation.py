@@ -33,9 +33,10 @@ def test_extrapolation_puts_every_element_outside_its_own_interval(side):
     assert values.shape == (200, 2)
     assert np.all(below | above)  # outside, element by element
     assert np.all(np.abs(values - centre) <= 1.5 * half + 1e-6)  # within 1.5x its own interval
-    assert np.all(below.all(1) | above.all(1))  # a context takes one side for all elements
     if side != "both":
         assert np.all(below if side == "low" else above)
+    else:  # every element is a dimension of its own, as training draws it
+        assert 0.3 < np.mean(below[:, 0] != below[:, 1]) < 0.7
     assert np.all(values > 0)  # a mass scale stays physical
 
 
@@ -248,3 +249,61 @@ def test_the_evaluator_counts_episodes_cut_by_non_finite_physics():
     assert result.nonfinite.shape == (3, 3)
     np.testing.assert_array_equal(result.nonfinite.sum(1), [0, 3, 0])
     assert np.all(np.isfinite(result.returns))  # cut, not NaN
+
+
+def test_per_element_held_out_sets_draw_every_element_on_its_own():
+    """Training draws each mass of Scale(0.5, 2, per_element=True) on its own, so do
+    the held-out sets: cart and pole differ within a context, in every split (before,
+    one range for all elements gave one value for both, the diagonal of what
+    training sees). `grid` moves them together. Without the env a set cannot know
+    how many elements share the range."""
+    space = C.ContextSpace({"mass": C.Scale(0.5, 2.0, per_element=True)})
+    env = make_contextual("inverted_pendulum", space)
+    sets = {
+        "train": E.in_distribution(space, 100, env=env),
+        "interpolation": E.interpolation(space, 100, env=env),
+        **{s: E.extrapolation(env, space, 100, side=s) for s in ("low", "high", "both")},
+    }
+    for split, contexts in sets.items():
+        values = contexts.values["mass"]
+        assert values.shape == (100, 2), split
+        assert np.mean(values[:, 0] != values[:, 1]) > 0.99, split
+        assert abs(np.corrcoef(values.T)[0, 1]) < 0.5, split  # drawn independently
+    assert np.all((sets["train"].values["mass"] >= 0.5) & (sets["train"].values["mass"] <= 2))
+    assert np.all(sets["low"].values["mass"] < 0.5) and np.all(sets["high"].values["mass"] > 2)
+    assert E.in_distribution(space, 7).values["mass"].shape == (7,)
+    assert E.grid(space, {"mass": [1.0, 2.0]}).values["mass"].shape == (2,)
+
+
+def _push_return(env, key, steps):
+    """The return of one episode of `_Push` from ``env.reset(key)``, stepped by hand."""
+    state, total = env.reset(key), 0.0
+    step = jax.jit(env.step)
+    for _ in range(steps):
+        state = step(state, jnp.ones((1,)))
+        total += float(state.reward)
+        if state.done:
+            break
+    return total
+
+
+def test_the_evaluator_runs_each_element_at_its_own_value():
+    """A context set with cart x0.5, pole x2 on a range shared by the masses runs
+    exactly the physics of an env whose masses are set to x0.5 and x2 (stepped here
+    by hand, without the evaluator); the swapped masses run another. Before, a range
+    shared by the elements could only be pinned to one number, and this set raised."""
+    shared = C.ContextSpace({"mass": C.Scale(0.25, 4.0, per_element=True)})
+    env = make_contextual("inverted_pendulum", shared, episode_length=40)
+    contexts = E.ContextSet("train", {"mass": np.array([[0.5, 2.0], [2.0, 0.5]], np.float32)})
+    key = jax.random.key(3)
+    result = E.Evaluator(env, episodes=1, max_contexts=2).evaluate(_Push(), contexts, key)
+    keys = jax.random.split(key, 2)
+    for i, masses in enumerate(contexts.values["mass"]):
+        point = C.ContextSpace({"mass": C.Scale(masses, masses, per_element=True)})
+        alone = make_contextual("inverted_pendulum", point, episode_length=40)
+        np.testing.assert_allclose(result.mean[i], _push_return(alone, keys[i], 40), rtol=1e-5)
+    assert result.mean[0] != result.mean[1]
+    with pytest.raises(ValueError, match="one number or one per element, shape \\(2,\\)"):
+        E.Evaluator(env, episodes=1).evaluate(
+            _Push(), E.ContextSet("train", {"mass": np.ones((1, 3), np.float32)}), key
+        )
