@@ -6,8 +6,9 @@ fraction `boundary_prob` of the envs evaluates one boundary (a dimension and a
 side chosen uniformly): that env trains on the current ranges with the dimension
 pinned to the boundary value. Their mean episode returns go to that boundary's
 buffer; once it holds `buffer_size` entries its mean is compared with the
-thresholds: above `high_threshold` the boundary moves outwards by `delta` times
-the target's width, below `low_threshold` inwards, and the buffer is cleared.
+thresholds: at or above `high_threshold` the boundary moves outwards by `delta`
+times the target's width, at or below `low_threshold` inwards (the paper's >= t_H
+and <= t_L), and the buffer is cleared.
 The ranges never leave the target, and low <= high always.
 """
 
@@ -88,8 +89,8 @@ def ADR(  # noqa: N802
         (`target.scaled(start, around=defaults)` clipped to the target), in (0, 1].
       delta: one boundary step as a fraction of the target's width (of log-width
         for LogUniform), in (0, 1].
-      low_threshold: a buffer mean below it shrinks the boundary (return units).
-      high_threshold: a buffer mean above it widens the boundary; > low_threshold.
+      low_threshold: a buffer mean at or below it shrinks the boundary (return units).
+      high_threshold: a buffer mean at or above it widens the boundary; > low_threshold.
       buffer_size: entries per boundary before a decision (>= 1).
       boundary_prob: the fraction of envs that evaluate a boundary each segment, in [0, 1].
     """
@@ -279,7 +280,7 @@ def _check_args(who, start, delta, low_threshold, high_threshold, buffer_size, b
 
 def _record(buffer, counts, b, values, t_low, t_high) -> int:
     """Appends boundary b's finite `values` to its buffer (in place); when the buffer
-    fills, empties it and returns +1 (widen: mean > t_high), -1 (shrink: < t_low) or
+    fills, empties it and returns +1 (widen: mean >= t_high), -1 (shrink: <= t_low) or
     0. After a move the rest of the values (measured at the old value) are dropped."""
     m = buffer.shape[0]
     for value in values[np.isfinite(values)]:
@@ -289,7 +290,7 @@ def _record(buffer, counts, b, values, t_low, t_high) -> int:
             continue
         mean = float(buffer.astype(np.float64).mean())
         buffer[:], counts[b] = 0.0, 0
-        step = 1 if mean > t_high else -1 if mean < t_low else 0
+        step = 1 if mean >= t_high else -1 if mean <= t_low else 0
         if step:
             return step
     return 0

@@ -174,11 +174,9 @@ def scaled(target: ContextSpace, fraction: float, defaults: Mapping | None) -> C
     positive)."""
     if fraction >= 1:
         return target
-    grown = inside(target, target.scaled(fraction, around=defaults))
-    discrete = (Fixed, Choice)
-    return ContextSpace(
-        {n: target[n] if isinstance(target[n], discrete) else d for n, d in grown.items()}
-    )
+    ranged = ContextSpace({n: d for n, d in target.items() if not isinstance(d, (Fixed, Choice))})
+    grown = inside(ranged, ranged.scaled(fraction, around=defaults))
+    return ContextSpace({n: grown[n] if n in grown else d for n, d in target.items()})
 
 
 def inside(target: ContextSpace, space: ContextSpace) -> ContextSpace:

@@ -75,7 +75,7 @@ def PerformanceGated(  # noqa: N802
         """The state before the first segment; num_envs and key are not used."""
         target = check_target(target, who)
         defaults = as_defaults(target, defaults, who)
-        check_shapes(target, target.scaled(min(start, 0.5), around=defaults), who)
+        check_shapes(target, scaled(target, min(start, 0.5), defaults), who)
         return GatedState(
             segment=np.asarray(0, np.int32),
             target=target,

@@ -81,7 +81,7 @@ def _widening(
         target = check_target(target, who)
         defaults = as_defaults(target, defaults, who)
         f = fraction(0)
-        check_shapes(target, target.scaled(float(min(f, 0.5)), around=defaults), who)
+        check_shapes(target, scaled(target, float(min(f, 0.5)), defaults), who)
         return WideningState(
             segment=np.asarray(0, np.int32), target=target, defaults=defaults, fraction=f
         )

@@ -240,10 +240,10 @@ def extrapolation(
         # each element on a side of its own interval, drawn on its own as in training
         shape = (num,) + _shape(space, name, env)
         pick = rng.integers(0, len(usable), shape)
-        start, end = (np.choose(pick, [np.broadcast_to(s[j], shape) for s in usable]) for j in (0, 1))
-        values[name] = back(start + rng.uniform(0.0, 1.0, shape) * (end - start)).astype(
-            np.float32
+        start, end = (
+            np.choose(pick, [np.broadcast_to(s[j], shape) for s in usable]) for j in (0, 1)
         )
+        values[name] = back(start + rng.uniform(0.0, 1.0, shape) * (end - start)).astype(np.float32)
     return ContextSet("extrapolation" if side == "both" else f"extrapolation_{side}", values)
 
 

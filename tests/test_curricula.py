@@ -260,17 +260,58 @@ def test_fixed_and_choice_entries_keep_the_targets_values_in_every_segment(make)
             "friction": C.Fixed(0.05),
             "actuator_gain": C.Choice([-1.0, 1.0], relative=True),
             "mass": C.Choice([2.0, 3.0], relative=True),
+            # absolute and per element, with defaults that differ per element: scaled
+            # about them, Fixed changed shape and Choice hit a broadcast error at init
+            "stiffness": C.Fixed(1.0, per_element=True),
+            "damping": C.Choice([0.5, 1.0, 2.0], per_element=True),
         }
     )
-    defaults = {"gravity": 9.81, "friction": 0.005, "actuator_gain": 1.0, "mass": 1.0}
+    defaults = {
+        "gravity": 9.81,
+        "friction": 0.005,
+        "actuator_gain": 1.0,
+        "mass": 1.0,
+        "stiffness": np.array([0.0, 3.0]),
+        "damping": np.array([0.1, 0.2]),
+    }
     cur = make()
     state = cur.init(target, defaults=defaults)
     for _ in range(5):
         ranges = cur.ranges(state)
-        for name in ("friction", "actuator_gain", "mass"):
+        for name in ("friction", "actuator_gain", "mass", "stiffness", "damping"):
             _assert_same_leaves(ranges[name], target[name])
         state = cur.update(state, {"eval_return": 1.0})
     assert cur.ranges(state)["gravity"].low == np.float32(5.0)
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_a_log_uniform_whose_default_is_zero_grows_from_its_low_edge(index):
+    """A joint's armature or stiffness defaults to 0, which log space cannot scale
+    about: every curriculum raised at init. It lies below the target, so the range
+    grows from the target's low edge in log space, as a Uniform's from its nearest edge."""
+    cur, n = _curricula()[index], 4
+    target = C.ContextSpace({"armature": C.LogUniform(0.01, 1.0), "gravity": C.Uniform(5.0, 15.0)})
+    defaults = {"armature": np.float32(0.0), "gravity": np.float32(9.81)}
+    good = {  # returns that widen every curriculum's ranges
+        "eval_return": 100.0,
+        "env_return_sum": np.full(n, 100.0),
+        "env_episodes": np.ones(n),
+    }
+    state = cur.init(target, defaults=defaults, num_envs=n, key=jax.random.key(0))
+
+    def armature(state):
+        ranges = cur.ranges(state)
+        ranges = curricula.adr_ranges(state) if isinstance(ranges, C.PerEnv) else ranges
+        return ranges["armature"]
+
+    first = armature(state)
+    assert first.low == np.float32(0.01) and 0.01 < float(first.high) < 1.0
+    for _ in range(40):
+        state = cur.update(state, good)
+        grown = armature(state)
+        assert grown.low == np.float32(0.01) and first.high <= grown.high <= np.float32(1.0)
+        first = grown
+    assert first.high == np.float32(1.0)  # the whole target
 
 
 def test_gated_fractions_reach_exactly_one_and_a_relative_gate_of_one_opens_first():
@@ -326,9 +367,11 @@ def test_adr_starts_at_a_fraction_of_the_target_around_the_defaults():
     assert g.low == np.float32(15.0) and g.high == np.float32(15.0)
 
 
-@pytest.mark.parametrize("mean, direction", [(9.0, -1), (1.0, +1)])
+@pytest.mark.parametrize("mean, direction", [(9.0, -1), (8.0, -1), (1.0, +1), (2.0, +1)])
 def test_adr_moves_one_boundary_after_buffer_size_entries(mean, direction):
-    """Returns above t_H at gravity's low boundary widen it by delta * width; below t_L shrink."""
+    """Returns at or above t_H (8) at gravity's low boundary widen it by delta * width; at
+    or below t_L (2) shrink it, as the paper's Algorithm 1 compares (a mean equal to a
+    threshold held the boundary)."""
     cur = _adr()
     state = cur.init(TARGET, defaults=DEFAULTS, num_envs=5, key=jax.random.key(0))
     start = curricula.adr_ranges(state)

@@ -33,7 +33,7 @@ from flax import struct
 
 from metarl.contexts import names as element_names
 from metarl.contexts import paths, reads
-from metarl.contexts.distributions import Choice, Distribution, Normal
+from metarl.contexts.distributions import Choice, Distribution, LogUniform, Normal
 from metarl.contexts.quantities import QUANTITIES, Quantity, spring_scale_check
 
 Context = dict[str, jax.Array]
@@ -132,7 +132,9 @@ class ContextSpace(Mapping):
         (usually ``env.default_context()``) scales about the environment's
         defaults: relative distributions about 1, absolute ones about the
         given default (for a shared one whose elements' defaults differ, about
-        their mean).
+        their mean). An absolute `LogUniform` is scaled in log space, where a
+        default at or below 0 has no place: it lies below the range, which is
+        then scaled about its low edge (the nearest point to that default).
         """
         out = {}
         for name, dist in self._dists.items():
@@ -144,6 +146,8 @@ class ContextSpace(Mapping):
                         f"defaults such as env.default_context(); got {around!r}"
                     )
                 centre = 1.0 if dist.relative else _shared_default(name, dist, around)
+                if isinstance(dist, LogUniform):
+                    centre = np.where(centre > 0, centre, np.asarray(dist.low, np.float32))
             out[name] = dist.scaled(f, centre)
         return ContextSpace(out)
 
