@@ -6,7 +6,7 @@
 #
 #   bash benchmarks/gpu_run.sh env          # 8192 envs: plain, Brax DR, dense, pool (~7 min)
 #   bash benchmarks/gpu_run.sh ppo 0 1 2    # PPO vs Brax PPO at the settings (~5 min)
-#   bash benchmarks/gpu_run.sh ppo 3 4 benchmarks/results/ppo_h100_a.json   # + merge
+#   bash benchmarks/gpu_run.sh ppo 3 4 benchmarks/results/ppo_seeds_0_1_2.json   # + merge
 #   bash benchmarks/gpu_run.sh profile      # where PPO's time goes (trace), two-device test
 #   bash benchmarks/gpu_run.sh repro        # same seed in fresh processes: same numbers? (~8 min)
 #   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs

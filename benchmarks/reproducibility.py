@@ -35,6 +35,9 @@ import numpy as np
 import tyro
 
 MARKER = "reproducibility-result: "
+# `run_train`'s metrics that are wall-clock times, not results: they differ between
+# identical runs, so the digest leaves them out
+TIMES = ("env_steps_per_sec", "compile_seconds")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +65,7 @@ def _digest(tree, metrics: list[dict], eval_mean) -> str:
         digest.update(leaf.tobytes())
     for m in metrics:
         for key in sorted(m):
-            if key not in ("env_steps_per_sec",):  # a time, not a result
+            if key not in TIMES:
                 digest.update(f"{key}={np.asarray(m[key]).tobytes().hex()};".encode())
     digest.update(np.asarray(eval_mean).tobytes())
     return digest.hexdigest()
