@@ -179,23 +179,22 @@ def metarl_ppo(cfg: Config, core: str, reset_strategy: str = "auto"):
         rl2_inputs=core != "mlp",
     )
     evaluator = E.Evaluator(env, episodes=cfg.eval_episodes, max_contexts=1)
-    spaces = []
+    train_space = functools.cache(lambda: ppo.make_train_space(env, config))  # on first use
 
     def run(seed: int) -> dict:
         start = time.perf_counter()
-        if not spaces:
-            spaces.append(ppo.make_train_space(env, config))
+        space = train_space()
         _, ts, history = ppo.train(
             env,
             dataclasses.replace(config, seed=seed),
             cfg.num_timesteps,
             segments=cfg.segments,
-            space=spaces[0],
+            space=space,
         )
         total = time.perf_counter() - start
         steady = float(np.median([m["env_steps_per_sec"] for m in history[1:]]))
         result = evaluator.evaluate(
-            ppo.make_policy(spaces[0], ts), E.ContextSet("train", {}), jax.random.key(seed)
+            ppo.make_policy(space, ts), E.ContextSet("train", {}), jax.random.key(seed)
         )
         return {
             "steps_per_sec": steady,

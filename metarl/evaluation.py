@@ -99,14 +99,17 @@ def _element_bounds(space: ContextSpace) -> dict[str, tuple[Any, Any]]:
     return out
 
 
+def _draw_shapes(env: ContextualEnv) -> dict[str, tuple[int, ...]]:
+    """Each context name's shape as training draws it: () for one draw, else one per element."""
+    return {e.name: e.draw_shape for e in env.binding.entries}
+
+
 def _shape(space: ContextSpace, name: str, env: ContextualEnv | None) -> tuple[int, ...]:
     """The shape of one context's value of `name`, as training draws it: one value per
     element for a per-element entry (the env's binding knows how many elements a range
     shared by them covers), else one value (or the parameters' own shape)."""
-    if env is not None:
-        for e in env.binding.entries:
-            if e.name == name:
-                return e.draw_shape
+    if env is not None and name in (shapes := _draw_shapes(env)):
+        return shapes[name]
     dist = space[name]
     if isinstance(dist, Choice):
         return ()
@@ -305,7 +308,7 @@ class Evaluator:
         self.max_contexts = max_contexts
         self.trials = math.ceil(episodes / env.episodes_per_trial)
         self._run = jax.jit(self._rollout)
-        self._elements = {e.name: e.draw_shape for e in env.binding.entries if e.draw_shape}
+        self._elements = {n: shape for n, shape in _draw_shapes(env).items() if shape}
 
     def _point(self, values: Mapping[str, Any]) -> ContextSpace:
         """Ranges that draw exactly `values`: a shared entry pinned
