@@ -5,8 +5,10 @@ import functools
 import math
 
 import jax
+import mujoco
 import numpy as np
 import pytest
+from mujoco import mjx
 
 import curricula
 from metarl import checkpoint, experiment
@@ -18,6 +20,8 @@ from metarl.envs.toy import Puck
 from metarl.tensorboard import RunLogger
 
 G = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)})
+IMPLICITFAST = """<mujoco><option integrator="implicitfast"/><worldbody>
+<body><freejoint/><geom size="0.1" mass="1"/></body></worldbody></mujoco>"""
 SMALL = {"num_envs": 8, "num_minibatches": 2, "unroll_length": 4}
 
 
@@ -225,6 +229,39 @@ ROWS = [
         "per_element",
     ),
     ("viscosity generalized", bind({"viscosity": C.Uniform(0.0, 1.0)}), ValueError, "mjx"),
+    (
+        "viscosity implicitfast",
+        lambda: C.bind(
+            C.ContextSpace({"viscosity": C.Uniform(0.0, 0.1)}),
+            mjx.put_model(mujoco.MjModel.from_xml_string(IMPLICITFAST)),
+            "mjx",
+        ),
+        ValueError,
+        "with this model's implicitfast integrator",
+    ),
+    (
+        "relative per element over zero defaults",  # puck: joint z has no damping
+        bind({"damping": C.Scale(0.5, 2.0, per_element=True)}, name="puck"),
+        ValueError,
+        "dofs z have default 0 in this env, so a relative scale drawn for each element would "
+        "change nothing there; name the others ('damping[x, spin]')",
+    ),
+    (
+        "scaled about per-element defaults, one range",
+        lambda: C.ContextSpace({"mass": C.Uniform(1.0, 5.0, per_element=True)}).scaled(
+            0.5, around={"mass": np.array([1.0, 2.0], np.float32)}
+        ),
+        ValueError,
+        "'mass' cannot be scaled about its per-element defaults [1, 2]",
+    ),
+    (
+        "scaled about per-element defaults, Choice",
+        lambda: C.ContextSpace({"mass": C.Choice([2.0, 3.0], per_element=True)}).scaled(
+            0.5, around={"mass": np.array([1.0, 2.0], np.float32)}
+        ),
+        ValueError,
+        "a Choice's values are one list",
+    ),
     (
         "per-element shape",
         bind({"mass": C.Scale([0.5] * 7, [2.0] * 7, per_element=True)}),

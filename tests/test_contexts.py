@@ -37,7 +37,73 @@ def test_loguniform_draws_stay_in_bounds(a, ratio, seed):
     d = C.LogUniform(a, a * ratio)
     x = np.asarray(d.sample(jax.random.key(seed), (64,)))
     low, high = d.support()
-    assert np.all((x >= low * (1 - 1e-5)) & (x <= high * (1 + 1e-5)))
+    assert np.all((x >= low) & (x <= high))
+
+
+def test_a_pinned_loguniform_draws_exactly_its_value():
+    """exp(log(x)) can round a float32 step off x (0.3 -> 0.29999998): a pinned
+    LogUniform, and the env's own gravity and timestep pinned through
+    `pinned(default_context())`, must draw the value itself."""
+    x = np.asarray(C.LogUniform(0.3, 0.3).sample(jax.random.key(0), (4,)))
+    np.testing.assert_array_equal(x, np.float32(0.3))
+    space = {"gravity": C.LogUniform(5.0, 15.0), "timestep": C.LogUniform(0.001, 0.1)}
+    binding = _bind(space)
+    own = binding.default_context()
+    drawn = binding.sample(jax.random.key(0), binding.space.pinned(own))
+    for name in space:
+        assert float(drawn[name]) == float(own[name])
+    sys = binding.apply(drawn)
+    np.testing.assert_array_equal(np.asarray(sys.gravity), np.asarray(SYS.gravity))
+    assert float(sys.opt.timestep) == float(SYS.opt.timestep)
+
+
+def test_spaces_compare_by_value_and_record_the_same_text_from_numpy_or_jax_numbers():
+    from metarl.trees import stable_repr
+
+    per_element = C.Uniform([1.0, 2.0], [2.0, 3.0], per_element=True)
+    same = C.Uniform(np.array([1.0, 2.0]), jnp.array([2.0, 3.0]), per_element=True)
+    assert per_element == same and hash(per_element) == hash(same)
+    assert C.ContextSpace({"mass": per_element}) == C.ContextSpace({"mass": same})
+    assert per_element != C.Uniform([1.0, 2.0], [2.0, 4.0], per_element=True)
+    assert per_element != C.Uniform([1.0, 2.0], [2.0, 3.0], per_element=True, relative=True)
+    assert C.Uniform(1.0, 2.0) != C.LogUniform(1.0, 2.0)
+    pinned = C.Scale(0.5, 2.0).pin_to_defaults()  # NaN locations: equal to themselves
+    assert pinned == C.Scale(0.5, 2.0).pin_to_defaults()
+    a = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)})
+    b = C.ContextSpace({"gravity": C.Uniform(jnp.float32(5.0), jnp.float32(15.0))})
+    assert stable_repr(a) == stable_repr(b)  # a run's identity does not depend on it
+
+
+SERVOS = """<mujoco><worldbody>
+ <body name="a"><joint name="ja" type="slide" axis="1 0 0"/><geom size="0.1" mass="1"/></body>
+ <body name="b" pos="0 1 0"><joint name="jb" type="slide" axis="1 0 0"/>
+  <geom size="0.1" mass="1"/></body>
+ <body name="c" pos="0 2 0"><joint name="jc" type="slide" axis="1 0 0"/>
+  <geom size="0.1" mass="1"/></body>
+</worldbody><actuator>
+ <position name="pos" joint="ja" kp="10"/>
+ <velocity name="vel" joint="jb" kv="5"/>
+ <position name="pos2" joint="jc" kp="20"/>
+</actuator></mujoco>"""
+
+
+def test_actuator_kp_writes_only_the_position_servos():
+    """kp is written into gainprm[0] and biasprm[1] of position servos; a velocity
+    servo (biasprm[1] = 0) and the servos an entry does not select keep every
+    parameter, also when kp is pinned at its own value."""
+    from mujoco import mjx
+
+    model = mjx.put_model(mujoco.MjModel.from_xml_string(SERVOS))
+    gain, bias = np.asarray(model.actuator_gainprm), np.asarray(model.actuator_biasprm)
+    for kp in (10.0, 3.0):
+        binding = C.bind(C.ContextSpace({"actuator_kp[pos]": C.Fixed(kp)}), model, "mjx")
+        sys = binding.apply(binding.sample(jax.random.key(0)))
+        new_gain, new_bias = np.asarray(sys.actuator_gainprm), np.asarray(sys.actuator_biasprm)
+        np.testing.assert_array_equal(new_gain[1:], gain[1:])
+        np.testing.assert_array_equal(new_bias[1:], bias[1:])
+        assert (new_gain[0, 0], new_bias[0, 1]) == (kp, -kp)
+    with pytest.raises(ValueError, match="actuators vel would not change"):
+        C.bind(C.ContextSpace({"actuator_kp[vel]": C.Fixed(1.0)}), model, "mjx")
 
 
 @settings(max_examples=40, deadline=None)

@@ -113,7 +113,9 @@ def test_widening_scales_about_the_defaults_or_each_centre():
 
 def test_widening_rejects_defaults_that_would_change_parameter_shapes():
     target = C.ContextSpace({"friction": C.Uniform(0.4, 1.2, per_element=True)})
-    with pytest.raises(ValueError, match="shapes"):
+    with pytest.raises(
+        ValueError, match="another structure.*per-element parameters of shape \\(3,\\)"
+    ):
         curricula.LinearWidening(0.5, 2).init(target, defaults={"friction": [0.8, 0.9, 1.0]})
 
 

@@ -53,13 +53,12 @@ def _is_concrete(x: Any) -> bool:
 
 
 def _as_float32(x: Any) -> Any:
-    """Numbers become float32 arrays (never weak-typed Python floats)."""
-    if isinstance(x, jax.Array):
-        return x.astype(jnp.float32)
+    """Numbers become float32 NumPy arrays (never weak-typed Python floats, and the
+    same text in a run record whether they were given as NumPy or JAX numbers)."""
     return np.asarray(x, dtype=np.float32)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Distribution:
     """Base class: numeric fields are pytree leaves, flags are static."""
 
@@ -70,6 +69,20 @@ class Distribution:
         jax.tree_util.register_pytree_with_keys(
             cls, cls._flatten_with_keys, cls._unflatten, cls._flatten
         )
+
+    # -- equality: same kind, flags and numbers (arrays compared whole, NaN == NaN) --
+    def __eq__(self, other: Any) -> bool:
+        if type(other) is not type(self) or other._static() != self._static():
+            return False
+        mine, theirs = self.numbers(), other.numbers()
+        return all(
+            mine[f].shape == theirs[f].shape and np.array_equal(mine[f], theirs[f], equal_nan=True)
+            for f in self._numeric
+        )
+
+    def __hash__(self) -> int:
+        numbers = self.numbers()
+        return hash((type(self), self._static(), *(numbers[f].tobytes() for f in self._numeric)))
 
     # -- pytree protocol (unflatten bypasses __init__ and validation) --
     def _flatten(self):
@@ -227,7 +240,7 @@ def _move(x, c, f):
     return c + f * (np.asarray(x) - c)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Uniform(Distribution):
     """Uniform on [low, high]."""
 
@@ -257,7 +270,7 @@ class Uniform(Distribution):
         return dataclasses.replace(self, low=_fit(value, self.low), high=_fit(value, self.high))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class LogUniform(Distribution):
     """Log-uniform on [low, high], 0 < low <= high."""
 
@@ -275,7 +288,9 @@ class LogUniform(Distribution):
 
     def sample(self, key, shape=()):
         u = jax.random.uniform(key, shape, minval=jnp.log(self.low), maxval=jnp.log(self.high))
-        return jnp.exp(u)
+        # exp(log(x)) can round one float32 step off x: keep draws inside [low, high]
+        # (a pinned range draws exactly its value)
+        return jnp.clip(jnp.exp(u), self.low, self.high)
 
     def support(self):
         return np.asarray(self.low), np.asarray(self.high)
@@ -297,7 +312,7 @@ class LogUniform(Distribution):
         return dataclasses.replace(self, low=_fit(value, self.low), high=_fit(value, self.high))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Normal(Distribution):
     """Normal(mean, std), std >= 0. Unbounded: use TruncatedNormal for quantities
     that must stay positive."""
@@ -332,7 +347,7 @@ class Normal(Distribution):
         return dataclasses.replace(self, mean=_fit(value, self.mean), std=_fit(0.0, self.std))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class TruncatedNormal(Distribution):
     """Normal(mean, std) conditioned on [low, high]."""
 
@@ -386,7 +401,7 @@ class TruncatedNormal(Distribution):
         )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Choice(Distribution):
     """One of `values` (shape [k]), with probabilities `probs` (uniform if None)."""
 
@@ -445,7 +460,7 @@ class Choice(Distribution):
         return dataclasses.replace(self, values=_fit(value, self.values))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Fixed(Distribution):
     """Always `value`."""
 

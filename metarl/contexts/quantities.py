@@ -316,6 +316,16 @@ def _enable_fluid(sys, backend):
     return sys.replace(opt=sys.opt.replace(_impl=impl))
 
 
+def _fluid_check(sys, backend):
+    if int(sys.opt.integrator) == int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST):
+        return (
+            "'viscosity' and 'density' switch MuJoCo's fluid model on, which MJX does not "
+            "simulate with this model's implicitfast integrator (its first step would raise); "
+            'set <option integrator="Euler"/> or "RK4" in the model to vary them'
+        )
+    return None
+
+
 def _fluid_field(name):
     def default(sys):
         return _f32(getattr(sys.opt, name))
@@ -351,16 +361,31 @@ def _com_offset_apply(sys, offset):
     return sys.tree_replace(fields)
 
 
+def _servo_mask(sys, xp):
+    """Position servos: affine bias with biasprm[1] = -gainprm[0] != 0 (MuJoCo's
+    <position>), the actuators whose kp is one number written in both places."""
+    gain, bias = xp.asarray(sys.actuator_gainprm), xp.asarray(sys.actuator_biasprm)
+    affine = xp.asarray(sys.actuator_biastype) == _AFFINE
+    return affine & (bias[:, 1] != 0) & (bias[:, 1] == -gain[:, 0])
+
+
 def _position_servos(sys) -> np.ndarray:
-    bias = np.asarray(sys.actuator_biasprm)
-    return (np.asarray(sys.actuator_biastype) == _AFFINE) & (bias[:, 1] != 0)
+    return _servo_mask(sys, np)
 
 
 def _kp_apply(sys, kp):
+    """kp into the position servos only: every other actuator keeps its biasprm (a
+    velocity servo's biasprm[1] is 0, a muscle's holds its range), also where an
+    entry selects some servos and the others get their current values back."""
+    servo = _servo_mask(sys, jnp)
     return sys.tree_replace(
         {
-            "actuator_gainprm": sys.actuator_gainprm.at[:, 0].set(kp),
-            "actuator_biasprm": sys.actuator_biasprm.at[:, 1].set(-kp),
+            "actuator_gainprm": sys.actuator_gainprm.at[:, 0].set(
+                jnp.where(servo, kp, sys.actuator_gainprm[:, 0])
+            ),
+            "actuator_biasprm": sys.actuator_biasprm.at[:, 1].set(
+                jnp.where(servo, -kp, sys.actuator_biasprm[:, 1])
+            ),
         }
     )
 
@@ -481,6 +506,7 @@ QUANTITIES: dict[str, Quantity] = {
         apply=_viscosity[1],
         backends=frozenset({"mjx"}),
         unsupported_hint=_FLUID_HINT,
+        requires=_fluid_check,
         prepare=_enable_fluid,
     ),
     "density": Quantity(
@@ -490,6 +516,7 @@ QUANTITIES: dict[str, Quantity] = {
         apply=_density[1],
         backends=frozenset({"mjx"}),
         unsupported_hint=_FLUID_HINT,
+        requires=_fluid_check,
         prepare=_enable_fluid,
     ),
     "timestep": Quantity(
@@ -525,8 +552,8 @@ QUANTITIES: dict[str, Quantity] = {
         backends=_MJX,
         unsupported_hint=_MJX_HINT,
         live=_position_servos,
-        dead_hint="it is not a position servo (affine bias with biasprm[1] = -kp): vary "
-        "'actuator_gain' for motors",
+        dead_hint="it is not a position servo (affine bias with biasprm[1] = -gainprm[0] = "
+        "-kp): vary 'actuator_gain' for motors",
     ),
     "actuator_kd": Quantity(
         units="N s/m or N m s/rad",

@@ -145,7 +145,7 @@ class ContextSpace(Mapping):
                         "scaled(around=...) takes None (each range's centre) or a mapping of "
                         f"defaults such as env.default_context(); got {around!r}"
                     )
-                centre = 1.0 if dist.relative else _shared_default(name, dist, around)
+                centre = 1.0 if dist.relative else _fitting_centre(name, dist, around)
                 if isinstance(dist, LogUniform):
                     centre = np.where(centre > 0, centre, np.asarray(dist.low, np.float32))
             out[name] = dist.scaled(f, centre)
@@ -230,6 +230,39 @@ def _pin(name: str, dist: Distribution, value: Any) -> Distribution:
         f"{flat.tolist()}; pin it to one number, give its distribution per-element "
         "parameters, or pin it to env.default_context()[name] for the env's own values"
     )
+
+
+def _fitting_centre(name: str, dist: Distribution, defaults: Mapping) -> np.ndarray:
+    """`_shared_default`, refused where scaling about it would change the shape of the
+    distribution's parameters (which `set_ranges` refuses: another structure would
+    recompile): a range shared by the elements, or a `Choice`'s list of values (one
+    entry per choice, not per element), about defaults that differ per element."""
+    centre = _shared_default(name, dist, defaults)
+    if centre.ndim == 0:
+        return centre
+    if np.all(centre == centre.reshape(-1)[0]):
+        return centre.reshape(-1)[0]
+    shapes = [np.shape(v) for v in dist.numbers().values()]
+    grows = isinstance(dist, Choice) or any(
+        np.broadcast_shapes(shape, centre.shape) != shape for shape in shapes
+    )
+    if grows:
+        what, fix = (
+            ("a Choice's values are one list for all its elements", "")
+            if isinstance(dist, Choice)
+            else (
+                "its range is one for all its elements",
+                f"give it per-element parameters of shape {centre.shape}, or ",
+            )
+        )
+        shown = ", ".join(f"{x:.6g}" for x in centre.reshape(-1))
+        raise ValueError(
+            f"scaled(around=...): {name!r} cannot be scaled about its per-element defaults "
+            f"[{shown}]: {what}, and scaling it about each element's own default would give "
+            "every element its own values (another structure, which set_ranges refuses); "
+            f"{fix}scale it about one number (around={{{name!r}: value}})"
+        )
+    return centre
 
 
 def _shared_default(name: str, dist: Distribution, defaults: Mapping) -> np.ndarray:
@@ -554,6 +587,41 @@ def _live_selection(
     )
 
 
+def _zero_rows(default: np.ndarray) -> np.ndarray:
+    """Indices of the elements whose default is 0 in every component."""
+    default = np.asarray(default)
+    if default.ndim == 0:
+        return np.zeros((0,), np.int64)
+    return np.flatnonzero(~np.reshape(default != 0, (default.shape[0], -1)).any(axis=1))
+
+
+def _zero_default_message(
+    name: str, target: Any, select: np.ndarray | None, sys: System, default: np.ndarray
+) -> str:
+    """Why a relative per-element entry over some elements whose default is 0 is
+    refused: each such element's own draw would multiply 0 and change nothing."""
+    zero = _zero_rows(default)
+    base = element_names.split(name)[0]
+    if isinstance(target, Quantity) and target.elements in element_names.SELECTABLE:
+        labels = element_names.element_names(sys, target.elements)
+        index = np.arange(len(labels)) if select is None else select
+        shown = [labels[index[i]] or f"index {index[i]}" for i in zero]
+        usable = [labels[index[i]] for i in range(len(index)) if i not in set(zero)]
+        hint = (
+            f"name the others ('{base}[{', '.join(usable)}]'), "
+            if all(usable) and len(set(usable)) == len(usable)
+            else ""
+        )
+        what = f"{target.elements} {', '.join(shown)}"
+    else:
+        what, hint = f"elements {zero.tolist()}", ""
+    return (
+        f"context {name!r}: {what} have default 0 in this env, so a relative scale drawn "
+        f"for each element would change nothing there; {hint}use absolute values "
+        "(relative=False), or one shared scale (per_element=False)"
+    )
+
+
 def _check_values(e: _Entry, dist: Distribution) -> None:
     """The distribution's own rules (as at construction: ranges rebuilt by JAX skip
     it), shapes that fit the field, values that stay physical."""
@@ -723,6 +791,8 @@ def bind(
                 f"context {name!r}: its default is 0 everywhere in this env, so a relative "
                 "scale would change nothing; use absolute values (relative=False)"
             )
+        if dist.relative and dist.per_element and len(_zero_rows(default)):
+            raise ValueError(_zero_default_message(name, target, select, sys, default))
         entry = _Entry(
             name,
             target,
