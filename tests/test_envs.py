@@ -61,6 +61,17 @@ def test_observation_size_compiles_nothing():
     assert size == 11 + env.binding.context_size
 
 
+def test_observation_size_under_another_prng_implementation():
+    """A raw key of the PRNG in use (rbg: 4 words, threefry: 2) traces the reset."""
+    before = jax.config.jax_default_prng_impl
+    jax.config.update("jax_default_prng_impl", "rbg")
+    try:
+        env = make_contextual("puck", C.ContextSpace({"mass": C.Scale(0.5, 2.0)}))
+        assert env.observation_size == 6
+    finally:
+        jax.config.update("jax_default_prng_impl", before)
+
+
 class _IgnoresItsGoal(Puck):
     task_params = {"goal": 1.0}  # declared, never read
 
@@ -80,19 +91,44 @@ class _CachesItsSystem(Puck):
             self.sys = sys
 
 
+class _ResetReadsStepCaches(_CachesItsSystem):
+    """Steps a cached System, but its reset observes the drawn mass: only the
+    observations an auto-reset returns follow the context."""
+
+    def reset(self, rng):
+        drawn, self.sys = self.sys, self._frozen
+        try:
+            state = super().reset(rng)
+        finally:
+            self.sys = drawn
+        return state.replace(obs=state.obs.at[0].add(drawn.link.inertia.mass[0]))
+
+
 @pytest.mark.parametrize(
     "env,space",
     [
         (_IgnoresItsGoal, {"gravity": C.Scale(0.5, 1.5), "goal": C.Uniform(-1.0, 1.0)}),
         (_CachesItsSystem, {"gravity": C.Scale(0.1, 3.0)}),
+        (_ResetReadsStepCaches, {"mass": C.Scale(0.5, 2.0)}),
     ],
-    ids=["task-parameter-never-read", "cached-system"],
+    ids=["task-parameter-never-read", "cached-system", "only-the-reset-reads-it"],
 )
 def test_check_env_catches_a_context_that_changes_nothing(env, space):
     env = make_contextual(env(), C.ContextSpace(space), episode_length=5)
-    name = "goal" if "goal" in space else "gravity"
+    name = next(n for n in ("goal", "gravity", "mass") if n in space)
     with pytest.raises(ContractError, match=f"context '{name}' changes nothing"):
         check_env(env, num_envs=4, max_steps=12)
+
+
+def test_check_env_passes_a_choice_of_two_values_drawn_alike_by_chance():
+    """A Choice of two motor signs is the same in 2 envs half the time: check_env
+    does not call that a shared context (seed 0 drew one sign in both envs)."""
+    space = C.ContextSpace({"actuator_gain": C.Choice([-1.0, 1.0], relative=True)})
+    env = make_contextual("puck", space, episode_length=10)
+    keys = jax.random.split(jax.random.key(0), 2)
+    drawn = jax.vmap(env.reset)(keys).info[CONTEXT]["actuator_gain"]
+    assert float(drawn[0]) == float(drawn[1])  # the draw the old check refused
+    assert check_env(env, num_envs=2, max_steps=30, seed=0)["contexts_reaching"] == 1
 
 
 def test_check_env_catches_a_broken_env():

@@ -311,6 +311,17 @@ def test_playground_instance_and_name_agree():
     assert float(a.info[CONTEXT]["mass[cart]"]) == float(b.info[CONTEXT]["mass[cart]"])
 
 
+def test_playground_env_behind_a_wrapper_is_refused():
+    """A wrapper would simulate its inner env's own model, never the drawn one."""
+    from mujoco_playground import registry, wrapper
+
+    inner = registry.load("CartpoleBalance", config_overrides={"impl": "jax"})
+    space = C.ContextSpace({"gravity": C.Uniform(2.0, 30.0)})
+    for wrapped in (wrapper.Wrapper(inner), wrapper.wrap_for_brax_training(inner)):
+        with pytest.raises(ValueError, match="wraps the Playground env Balance.*before any wrap"):
+            make_contextual(wrapped, space)
+
+
 def test_check_env_passes_on_playground(cartpole):
     assert check_env(cartpole, num_envs=4, max_steps=120)["episodes_ended"] > 0
 

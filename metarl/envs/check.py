@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metarl.contexts import Fixed
+from metarl.contexts import Choice, Fixed
+from metarl.contexts.space import TaskParam
 from metarl.envs.contextual import CONTEXT, TRIAL, ContextualEnv
 from metarl.trees import to_numpy
 
@@ -54,14 +55,14 @@ def check_env(
         action = jax.random.uniform(k, (num_envs, env.action_size), minval=-1.0, maxval=1.0)
         nxt = step(state, action)
         out = (nxt.info[CONTEXT], nxt.info[TRIAL].new_trial, nxt.done, nxt.obs, nxt.reward)
-        return nxt, out
+        return nxt, (*out, _dynamics(nxt.pipeline_state))
 
     def rollout(state, key):
         return jax.lax.scan(body, state, jax.random.split(key, max_steps))
 
     rollout = jax.jit(rollout)
     k_run = jax.random.key(seed + 1)
-    final, (ctx, new_trial, done, obs, _) = rollout(state, k_run)
+    final, (ctx, new_trial, done, obs, *_) = rollout(state, k_run)
     _require(
         all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(obs)),
         "step produced non-finite observations (the env must cut and report non-finite states)",
@@ -97,9 +98,12 @@ def check_env(
 def _check_contexts_reach_the_simulation(env: ContextualEnv, reset, keys, rollout) -> int:
     """Every context that varies changes what the env does: with every name pinned
     to one draw, then one name moved to the draw farthest from it (the same reset
-    keys and actions, the same compiled rollout), the dynamical state (`_dynamics`),
-    the env's own observations or the rewards differ. Returns the number of names
-    checked."""
+    keys and actions, the same compiled rollout), the dynamical state (`_dynamics`)
+    at some step, the rewards, or the env's own observations differ; for a physical
+    context (not a task parameter) only observations that a step computed count,
+    not those an auto-reset returned: an env whose reset reads the context but
+    whose step simulates a model it cached must not pass. Returns the number of
+    names checked."""
     draws = {}
     for i, (name, dist) in enumerate(env.space.items()):
         if isinstance(dist, Fixed):
@@ -108,21 +112,28 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, reset, keys, rollou
         draws[name] = np.asarray(jax.vmap(lambda k, d=dist: d.sample(k, ()))(k), np.float32)
     base = env.space.pinned({name: d[0] for name, d in draws.items()})
 
-    def trajectory(ranges):
-        final, (_, _, _, obs, reward) = rollout(reset(keys, ranges))
-        obs = env._base(obs)  # noqa: SLF001 - the env's own observation, without the context
-        return [
-            np.asarray(x) for x in jax.tree.leaves((_dynamics(final.pipeline_state), obs, reward))
-        ]
+    task = {e.name for e in env.binding.entries if isinstance(e.target, TaskParam)}
 
-    reference = trajectory(base)
+    def trajectory(ranges, physical):
+        _, (_, _, done, obs, reward, dynamics) = rollout(reset(keys, ranges))
+        obs = env._base(obs)  # noqa: SLF001 - the env's own observation, without the context
+        if physical:  # [T, B, ...]: the observations of steps that did not reset
+            stepped = ~np.asarray(done, bool)
+            obs = jax.tree.map(lambda x: np.asarray(x)[stepped], obs)
+        return [np.asarray(x) for x in jax.tree.leaves((dynamics, obs, reward))]
+
+    reference = {physical: trajectory(base, physical) for physical in (False, True)}
     for name, d in draws.items():
         far = np.where(np.abs(d.min(0) - d[0]) >= np.abs(d.max(0) - d[0]), d.min(0), d.max(0))
         if np.array_equal(far, d[0]):  # a degenerate range: nothing to move
             continue
-        moved = trajectory(base.pinned({name: far}))
+        physical = name not in task
+        moved = trajectory(base.pinned({name: far}), physical)
         _require(
-            any(not np.array_equal(a, b, equal_nan=True) for a, b in zip(reference, moved)),
+            any(
+                not np.array_equal(a, b, equal_nan=True)
+                for a, b in zip(reference[physical], moved, strict=True)
+            ),
             f"context {name!r} changes nothing: pinned to {d[0].tolist()} and to "
             f"{far.tolist()}, the same keys and actions gave the same physics, observations "
             "and rewards; it does not reach the simulation (a System the env caches, a field "
@@ -164,8 +175,8 @@ def _check_reset(env: ContextualEnv, state, num_envs: int) -> None:
         all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(state.obs)),
         "reset produced non-finite observations",
     )
-    for name in names:  # contexts differ across envs for every entry that is not Fixed
-        if isinstance(env.space[name], Fixed):
+    for name in names:  # contexts differ across envs, where a draw per env would tell
+        if _p_all_equal(env, name, num_envs) > _CHANCE:
             continue
         values = np.asarray(state.info[CONTEXT][name]).reshape(num_envs, -1)
         _require(
@@ -173,6 +184,26 @@ def _check_reset(env: ContextualEnv, state, num_envs: int) -> None:
             f"context {name!r} is identical in all {num_envs} envs after reset: contexts must "
             "be drawn per env",
         )
+
+
+# A clause that a valid env breaks with at most this probability is checked; one that
+# it could break by chance (a Choice of two values drawn equal in every env) is not.
+_CHANCE = 1e-6
+
+
+def _p_all_equal(env: ContextualEnv, name: str, n: int) -> float:
+    """The probability that `n` independent draws of context `name` are all equal:
+    1 for a range that has one value, 0 for a continuous one, and for a Choice
+    sum_i p_i^n per element (drawn independently per element)."""
+    dist = env.space[name]
+    low, high = dist.support()
+    if np.all(np.asarray(low) == np.asarray(high)):  # Fixed, or a range pinned to a point
+        return 1.0
+    if not isinstance(dist, Choice):
+        return 0.0
+    p = np.asarray(dist.probs, np.float64)
+    elements = int(np.prod(env.binding.entries[list(env.space).index(name)].draw_shape))
+    return float(np.sum(p**n) ** (elements if dist.per_element else 1))
 
 
 def _check_resampling(env: ContextualEnv, first, ctx, new_trial: np.ndarray) -> None:
@@ -187,7 +218,7 @@ def _check_resampling(env: ContextualEnv, first, ctx, new_trial: np.ndarray) -> 
             f"context {n!r} changed in the middle of a trial: it must stay fixed until the "
             "trial ends",
         )
-        if not isinstance(env.space[n], Fixed):
+        if _p_all_equal(env, n, 2) ** int(new_trial.sum()) <= _CHANCE:
             _require(
                 bool(np.any(~same[new_trial])),
                 f"context {n!r} was never resampled over {int(new_trial.sum())} trial ends",

@@ -89,7 +89,8 @@ def observation_size_of(reset: Callable[[jax.Array], State]) -> int | Any:
     which compiles every operation on its first use in a process: 17.6 s on hopper
     (2 CPU cores) against half a second here. A dict observation gives its
     shapes, as in Brax."""
-    key = jax.ShapeDtypeStruct((2,), jax.numpy.uint32)  # a raw key, as Brax resets take
+    # a raw key, as Brax resets take, of the PRNG implementation in use (threefry: 2 words)
+    key = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))
     obs = jax.eval_shape(reset, key).obs
     if isinstance(obs, jax.ShapeDtypeStruct):
         return obs.shape[-1]
@@ -144,6 +145,14 @@ class PlaygroundSource:
         from mujoco_playground import State as PlaygroundState  # optional extra
 
         self._state_type = PlaygroundState
+        if env.unwrapped is not env:  # the swapped model would not reach the inner env
+            raise ValueError(
+                f"{type(env).__name__} wraps the Playground env "
+                f"{type(env.unwrapped).__name__}: metarl writes each context into the model of "
+                "the env it is given, which the wrapped env, simulating its own model, would "
+                "never read. Pass the Playground env itself, before any wrapper (metarl "
+                "handles episodes, resets and batching itself)"
+            )
         self.env = env
         self._task = _task(env)
         repeat = getattr(getattr(env, "_config", None), "action_repeat", 1)
