@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import inspect
 import json
@@ -82,6 +83,7 @@ RECORDED_LATER = (
     "experiment.env.reset_strategy",
     "experiment.env.reset_chunk",
     "experiment.env.space",
+    "experiment.env.code",
 )
 # What a run ran on, recorded beside its config and compared like config fields
 # "<section>.<name>" (forceable): provenance.software() (+ the script's hash), .platform()
@@ -344,6 +346,7 @@ def _describe_env(env: ContextualEnv) -> dict[str, Any]:
         # the env's own space: its default ranges, and the scale of a visible context
         "space": stable_repr(env.space),
     }
+    code = hashlib.sha256()
     for name, value in sorted(vars(inner).items()):
         if hasattr(value, "to_dict"):  # ml_collections.ConfigDict
             value = value.to_dict()
@@ -351,7 +354,43 @@ def _describe_env(env: ContextualEnv) -> dict[str, Any]:
             described[name] = f"{value.__module__}.{value.__qualname__}"
         elif _plain(value):
             described[name] = value
+        if callable(value) and not isinstance(value, type):
+            code.update(f"{name}={_code_text(value)}\n".encode())
+    # what the env's functions compute (an edited reward in an imported module, a
+    # partial's arguments), which their names alone do not say
+    described["code"] = code.hexdigest()[:16]
     return described
+
+
+def _code_text(fn: Any) -> str:
+    """Text that changes when what `fn` computes changes: a function's source (its
+    bytecode where no source is found), defaults and plain captured values; a
+    partial's function and arguments; a jitted function's wrapped one; another
+    callable's repr without addresses."""
+    if isinstance(fn, functools.partial):
+        return f"partial({_code_text(fn.func)}, {stable_repr(fn.args)}, {stable_repr(fn.keywords)})"
+    if inspect.isfunction(fn):
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):
+            source = f"{fn.__code__.co_code.hex()} {stable_repr(fn.__code__.co_consts)}"
+        cells = [c.cell_contents for c in fn.__closure__ or () if _filled(c)]
+        captured = [stable_repr(v) if _plain(v) else type(v).__qualname__ for v in cells]
+        return (
+            f"{fn.__module__}.{fn.__qualname__} {source} {stable_repr(fn.__defaults__)} "
+            f"{stable_repr(fn.__kwdefaults__)} {captured}"
+        )
+    if hasattr(fn, "__wrapped__"):  # jax.jit, functools.wraps
+        return f"{type(fn).__qualname__}({_code_text(fn.__wrapped__)})"
+    return f"{type(fn).__qualname__} {stable_repr(fn)}"
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:  # a cell not yet assigned
+        return False
+    return True
 
 
 def _plain(value: Any) -> bool:
@@ -367,13 +406,41 @@ def _plain(value: Any) -> bool:
 
 
 def _model_digest(env: ContextualEnv) -> str:
-    """sha256 (16 hex digits) of the default physics model's arrays (an edited MJCF,
-    another asset or a constructor argument that changes the model)."""
+    """sha256 (16 hex digits) of the default physics model (an edited MJCF, another
+    asset or a constructor argument that changes the model): every field, the
+    arrays and the static settings alike (integrator, solver, iterations, cone,
+    disable flags, joint and geom types, ...), which a model's pytree leaves leave
+    out."""
     digest = hashlib.sha256()
-    for leaf in jax.tree.leaves(to_numpy(env.binding.sys)):
+    _digest_fields(digest, env.binding.sys)
+    return digest.hexdigest()[:16]
+
+
+def _digest_fields(digest: Any, value: Any) -> None:
+    """Feeds `value` into `digest`: dataclasses field by field, arrays as dtype, shape
+    and bytes, containers item by item, scalars and enums by their text. Other
+    objects (the MjModel a Brax System keeps beside its own fields) by type only."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        digest.update(type(value).__qualname__.encode())
+        for field in dataclasses.fields(value):
+            digest.update(f"|{field.name}=".encode())
+            _digest_fields(digest, getattr(value, field.name))
+    elif isinstance(value, jax.Array | np.ndarray | np.generic):
+        leaf = to_numpy(value)
         digest.update(f"{leaf.dtype}{leaf.shape}".encode())
         digest.update(np.ascontiguousarray(leaf).tobytes())
-    return digest.hexdigest()[:16]
+    elif isinstance(value, tuple | list):
+        digest.update(f"{type(value).__name__}{len(value)}".encode())
+        for item in value:
+            _digest_fields(digest, item)
+    elif isinstance(value, Mapping):
+        for key in sorted(value, key=str):
+            digest.update(f"{key!r}:".encode())
+            _digest_fields(digest, value[key])
+    elif isinstance(value, bool | int | float | str | bytes) or value is None:
+        digest.update(repr(value).encode())
+    else:
+        digest.update(type(value).__qualname__.encode())
 
 
 def _describe_curriculum(curriculum: CurriculumLike) -> str:

@@ -299,6 +299,36 @@ def test_the_run_identity_holds_what_changes_the_numbers(exp):
     assert identity(exp) == base  # the same in every call
 
 
+BALL = """<mujoco><option timestep="0.01" {option}/><worldbody>
+<body name="b"><joint name="x" type="slide" axis="1 0 0"/><geom size="0.1" mass="1"/></body>
+</worldbody><actuator><motor joint="x"/></actuator></mujoco>"""
+
+
+def _weighted_speed(data, action, nxt, task, weight):
+    return weight * nxt.qvel[0]
+
+
+def test_the_run_identity_sees_static_model_settings_and_the_envs_code():
+    """The model digest covers static settings, which a model's pytree leaves leave
+    out (Euler and RK4 simulate differently); the env's functions are recorded by
+    what they compute, not by name alone (a partial's arguments included)."""
+    from metarl.envs import MjcfEnv
+
+    def env(option="", weight=1.0):
+        reward = functools.partial(_weighted_speed, weight=weight)
+        mjcf = MjcfEnv(BALL.format(option=option), observe=lambda d, t: d.qpos, reward=reward)
+        return make_contextual(mjcf, C.ContextSpace({"mass": C.Scale(0.5, 2.0)}))
+
+    base = env()
+    assert experiment._model_digest(env()) == experiment._model_digest(base)
+    for option in ('integrator="RK4"', 'iterations="1"', 'cone="elliptic"'):
+        assert experiment._model_digest(env(option)) != experiment._model_digest(base), option
+    described = experiment._describe_env(base)
+    assert experiment._describe_env(env()) == described
+    flipped = experiment._describe_env(env(weight=-1.0))
+    assert [k for k in described if described[k] != flipped[k]] == ["code"]
+
+
 def test_a_rerun_with_another_curriculum_cannot_be_forced(exp, compiled, tmp_path):
     logdir = tmp_path / "run"
     _run(exp, compiled, logdir, 1)
