@@ -57,7 +57,7 @@ from tqdm import tqdm
 from metarl import checkpoint, provenance, stats
 from metarl import evaluation as E
 from metarl.agents import ppo
-from metarl.contexts import ContextSpace, PerEnv
+from metarl.contexts import ContextSpace, LogUniform, PerEnv
 from metarl.envs import CONTEXT, ContextualEnv
 from metarl.tensorboard import (
     RunLogger,
@@ -766,12 +766,11 @@ class Run:
     def _log(self, logger: RunLogger, step, metrics, ranges, contexts, result) -> None:
         held = result["held"]
         summary = E.summarize(held)
-        scalars = {k: v for k, v in metrics.items() if np.ndim(v) == 0 and k != "compile_seconds"}
-        logger.log_train(step, scalars)
+        scalars = {k: v for k, v in metrics.items() if np.ndim(v) == 0}
         # this run's env steps per second: the program's total over its seeds, which
         # advance together (the aggregate run logs the total)
         speed = metrics["env_steps_per_sec"] / self.num_seeds
-        logger.log_train(step, {}, speed, metrics["compile_seconds"])
+        logger.log_train(step, scalars, speed, metrics["compile_seconds"])
         logger.log_ranges(step, _shared(ranges))
         logger.log_contexts(step, contexts)
         episodes = self.exp.env.episodes_per_trial
@@ -805,8 +804,15 @@ class Run:
             ]
 
         box = envelope(x) + (envelope(y) if rest else [0, 0])
+        target = self.exp.target  # E.grid spaces a LogUniform's points geometrically
+        geometric = (
+            isinstance(target[x], LogUniform),
+            bool(rest) and isinstance(target[y], LogUniform),
+        )
         # E.grid lists points x-major; the image wants rows over y.
-        logger.log_heatmap(step, x, xs, y, ys, heat.reshape(len(xs), len(ys)).T, tuple(box))
+        logger.log_heatmap(
+            step, x, xs, y, ys, heat.reshape(len(xs), len(ys)).T, tuple(box), geometric
+        )
 
     def _log_aggregate(
         self, logger: RunLogger, step: int, results: list[dict], ranges, metrics: dict

@@ -62,6 +62,8 @@ if TYPE_CHECKING:
 
 TRAIN_RETURN = "train/return"
 ENV_STEPS_PER_SEC = "perf/env_steps_per_sec"
+# run_train's timings of the whole compiled program (every seed): logged under perf/ only
+PROGRAM_TIMINGS = ("env_steps_per_sec", "compile_seconds")
 COMPILE_SECONDS = "perf/compile_seconds"
 GENERALIZATION_GAP = "eval/generalization_gap"
 INTERPOLATION_GAP = "eval/interpolation_gap"
@@ -160,10 +162,14 @@ def heatmap_figure(
     y_values,
     returns_2d,
     train_box: tuple[float, float, float, float] | None = None,
+    log_axes: tuple[bool, bool] | None = None,
 ) -> Figure:
     """A figure of `returns_2d` [len(y), len(x)]: every cell labelled with its return,
     axes in the grid's values, a colorbar, and the training region
-    ``train_box = (x_low, x_high, y_low, y_high)`` outlined in white."""
+    ``train_box = (x_low, x_high, y_low, y_high)`` outlined in white. `log_axes`
+    (x, y): whether an axis's grid is geometric (a LogUniform's), which places the
+    box edges between grid points; None guesses it from the values (constant
+    ratios over 3 points or more)."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
@@ -186,8 +192,9 @@ def heatmap_figure(
         color = "black" if np.isfinite(value) and value > middle else "white"
         ax.text(j, i, text, ha="center", va="center", fontsize=9, color=color)
     if train_box is not None:
-        corners = [_grid_position(x, train_box[0]), _grid_position(x, train_box[1])]
-        rows = [_grid_position(y, train_box[2]), _grid_position(y, train_box[3])]
+        log_x, log_y = (None, None) if log_axes is None else log_axes
+        corners = [_grid_position(x, train_box[0], log_x), _grid_position(x, train_box[1], log_x)]
+        rows = [_grid_position(y, train_box[2], log_y), _grid_position(y, train_box[3], log_y)]
         if y.size == 1:
             rows = [-0.5, 0.5]
         ax.add_patch(
@@ -208,14 +215,17 @@ def heatmap_figure(
     return fig
 
 
-def _grid_position(values: np.ndarray, v: float) -> float:
-    """Where value `v` lies in image coordinates of a grid axis (cell i is centred at i)."""
+def _grid_position(values: np.ndarray, v: float, log: bool | None = None) -> float:
+    """Where value `v` lies in image coordinates of a grid axis (cell i is centred at i);
+    `log`: whether the grid is geometric (None: guessed from the values)."""
     if values.size == 1:
         return 0.0
-    # A geometric grid (a LogUniform's): constant ratios over at least 3 points (two
-    # points fit either kind: they keep the linear reading)
-    ratios = values[1:] / values[:-1] if values.size > 2 and np.all(values > 0) else None
-    if ratios is not None and np.allclose(ratios, ratios[0]) and not np.isclose(ratios[0], 1):
+    if log is None:  # geometric: constant ratios over at least 3 points (two fit both)
+        ratios = values[1:] / values[:-1] if values.size > 2 and np.all(values > 0) else None
+        log = bool(
+            ratios is not None and np.allclose(ratios, ratios[0]) and not np.isclose(ratios[0], 1)
+        )
+    if log:
         values, v = np.log(values), math.log(v) if v > 0 else -math.inf
     return float(np.interp(v, values, np.arange(values.size), left=-0.5, right=values.size - 0.5))
 
@@ -286,9 +296,13 @@ class RunLogger:
     ) -> None:
         """``metrics["episode_return"]`` -> train/return, scalar ``k`` -> train/k (arrays
         skipped; NaN and inf are written, TensorBoard marks them); throughput ->
-        perf/env_steps_per_sec; time spent compiling in the segment -> perf/compile_seconds."""
+        perf/env_steps_per_sec; time spent compiling in the segment -> perf/compile_seconds.
+        `run_train`'s own timings in `metrics` are not written under train/: they are
+        the whole program's (all seeds together), which the caller passes, per run, as
+        the two arguments."""
         for name, value in metrics.items():
-            self._add(train_tag(name), value, step)
+            if name not in PROGRAM_TIMINGS:
+                self._add(train_tag(name), value, step)
         if env_steps_per_sec is not None:
             self._add(ENV_STEPS_PER_SEC, env_steps_per_sec, step)
         if compile_seconds is not None:
@@ -347,17 +361,20 @@ class RunLogger:
         y_values,
         returns_2d,
         train_box: tuple[float, float, float, float] | None = None,
+        log_axes: tuple[bool, bool] | None = None,
     ) -> None:
         """eval/heatmap: mean return over a grid, `returns_2d` of shape [len(y), len(x)];
         axes labelled ``name [units]``, cells labelled, the training region
-        `train_box` (x_low, x_high, y_low, y_high) outlined; rendered with the Agg
-        backend (no pyplot state)."""
+        `train_box` (x_low, x_high, y_low, y_high) outlined (`log_axes`: see
+        `heatmap_figure`); rendered with the Agg backend (no pyplot state)."""
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
         x_label, y_label = (
             f"{n} [{self.units[n]}]" if self.units.get(n) else n for n in (x_name, y_name)
         )
-        figure = heatmap_figure(x_label, x_values, y_label, y_values, returns_2d, train_box)
+        figure = heatmap_figure(
+            x_label, x_values, y_label, y_values, returns_2d, train_box, log_axes
+        )
         canvas = FigureCanvasAgg(figure)
         canvas.draw()
         rgb = np.asarray(canvas.buffer_rgba())[..., :3]

@@ -9,6 +9,7 @@ import pytest
 
 from metarl import contexts as C
 from metarl import evaluation as E
+from metarl import tensorboard as L
 from metarl.envs import make_contextual
 from metarl.envs.toy import Puck
 
@@ -76,7 +77,7 @@ def test_log_uniform_sets_are_placed_in_log_space():
     assert np.all((values > 0) & (values < 0.2))
 
 
-def _heatmap_axes(target: C.ContextSpace) -> dict[str, np.ndarray]:
+def _heatmap_axes(target: C.ContextSpace, points: int = 5) -> dict[str, np.ndarray]:
     """The heatmap axes an experiment on inverted_pendulum would plot for `target`."""
     from metarl import experiment
 
@@ -85,7 +86,7 @@ def _heatmap_axes(target: C.ContextSpace) -> dict[str, np.ndarray]:
         target=target,
         curriculum=None,
         ppo=None,
-        eval=experiment.EvalConfig(heatmap_points=5, extrapolation_factor=1.5),
+        eval=experiment.EvalConfig(heatmap_points=points, extrapolation_factor=1.5),
     )
     return experiment._heatmap_axes(exp)
 
@@ -103,6 +104,33 @@ def test_the_heatmap_of_a_log_uniform_range_spans_its_extrapolation_in_log_space
     assert _grid_position(axis, 0.25) == pytest.approx(2 / 3)
     assert _grid_position(axis, 4.0) == pytest.approx(4 - 2 / 3)
     assert _grid_position(np.array([0.0, 1.0, 2.0]), 0.5) == pytest.approx(0.5)  # linear
+
+
+def test_a_two_point_log_uniform_heatmap_outlines_its_training_box_in_log_space():
+    """Two grid points fit a linear and a geometric axis alike: the runner tells the
+    figure which, so x0.25-4 between grid points x0.125 and x8 sits 1/6 and 5/6 of
+    the way in log steps (read linearly, 0.016 and 0.49)."""
+    import types
+
+    from metarl import experiment
+
+    target = C.ContextSpace({"mass": C.LogUniform(0.25, 4.0, relative=True)})
+    two = _heatmap_axes(target, points=2)["mass"]
+    np.testing.assert_allclose(two, [0.125, 8.0], rtol=1e-5)
+    drawn = []
+
+    class Logger:
+        def log_heatmap(self, step, x, xs, y, ys, returns, box, log_axes):
+            drawn.append(L.heatmap_figure(x, xs, y, ys, returns, box, log_axes))
+
+    run = types.SimpleNamespace(
+        compiled=types.SimpleNamespace(grid_axes={"mass": two}),
+        exp=types.SimpleNamespace(target=target),
+    )
+    experiment.Run._log_heatmap(run, Logger(), 0, np.zeros(2), [target])
+    (box,) = drawn[0].axes[0].patches
+    # image coordinates, with the grid's two cells centred at 0 and 1
+    assert (box.get_x(), box.get_x() + box.get_width()) == pytest.approx((1 / 6, 5 / 6))
 
 
 def test_a_scale_of_a_signed_quantity_keeps_its_sign():
