@@ -121,14 +121,24 @@ def test_check_env_catches_a_context_that_changes_nothing(env, space):
 
 
 def test_check_env_passes_a_choice_of_two_values_drawn_alike_by_chance():
-    """A Choice of two motor signs is the same in 2 envs half the time: check_env
-    does not call that a shared context (seed 0 drew one sign in both envs)."""
-    space = C.ContextSpace({"actuator_gain": C.Choice([-1.0, 1.0], relative=True)})
+    """A Choice of two motor signs is the same in 2 envs half the time: check_env's
+    reset clause does not call that a shared context (seed 0 drew one sign in both
+    envs), but still refuses a continuous range drawn alike."""
+    from metarl.envs import check
+
+    space = C.ContextSpace(
+        {"actuator_gain": C.Choice([-1.0, 1.0], relative=True), "gravity": C.Scale(0.5, 2.0)}
+    )
     env = make_contextual("puck", space, episode_length=10)
-    keys = jax.random.split(jax.random.key(0), 2)
-    drawn = jax.vmap(env.reset)(keys).info[CONTEXT]["actuator_gain"]
+    state = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.key(0), 2))
+    drawn = state.info[CONTEXT]["actuator_gain"]
     assert float(drawn[0]) == float(drawn[1])  # the draw the old check refused
-    assert check_env(env, num_envs=2, max_steps=30, seed=0)["contexts_reaching"] == 1
+    check._check_reset(env, state, 2)
+    shared = jax.tree.map(lambda x: jnp.concatenate([x[:1], x[:1]]), state)  # env 0 twice
+    with pytest.raises(ContractError, match="'gravity' is identical in all 2 envs"):
+        check._check_reset(env, shared, 2)
+    assert check._p_all_equal(env, "actuator_gain", 2) == 0.5
+    assert check._p_all_equal(env, "gravity", 2) == 0.0
 
 
 def test_check_env_catches_a_broken_env():
