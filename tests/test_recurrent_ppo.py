@@ -317,3 +317,25 @@ def test_evaluation_does_not_update_observation_statistics(trained):
         if jnp.issubdtype(got.dtype, jax.dtypes.prng_key):
             got, want = jax.random.key_data(got), jax.random.key_data(want)
         np.testing.assert_array_equal(got, want)
+
+
+def test_an_observation_constant_in_the_first_batch_reaches_the_networks_bounded():
+    """A dimension constant in the first batch (the puck's spin while the ball falls)
+    gets the statistics' floor of 1e-6 as its std: its first nonzero value, 0.1,
+    would reach the networks as 1e5. Normalised inputs are clipped to +-OBS_CLIP;
+    values inside pass unchanged."""
+    from metarl.agents.agent import OBS_CLIP
+    from metarl.agents.ppo.training import _agent
+
+    env = make_contextual("puck", GRAVITY)
+    agent = _agent(env, ppo.PPOConfig(core="gru", **TINY))  # with RL^2 inputs
+    first = jnp.stack([jnp.linspace(-1.0, 1.0, 16)] * 5 + [jnp.zeros(16)], -1)  # [16, 6]
+    stats = running_statistics.update(
+        running_statistics.init_state(jnp.zeros(6, jnp.float32)), first
+    )
+    assert float(stats.std[5]) == pytest.approx(1e-6)
+    obs = jnp.array([[0.5, -0.5, 0.0, 0.25, 1.0, 0.1]])
+    actor, critic = agent.inputs(stats, obs, agent.init_carry((1,)))
+    inside = (obs[0, :5] - stats.mean[:5]) / stats.std[:5]
+    np.testing.assert_array_equal(actor[0, :5], inside)
+    assert float(actor[0, 5]) == float(critic[0, 5]) == OBS_CLIP  # not 0.1 / 1e-6

@@ -5,7 +5,8 @@ statistics are passed in. Rollouts, the learner and `Policy` (inference) all
 use the same `act` / `observe` / `value` functions, so there is one code path
 for what the agent sees.
 
-What the agent sees at each step: the normalised observation (the actor gets
+What the agent sees at each step: the normalised observation, clipped to
++-`OBS_CLIP` standard deviations (the actor gets
 ``obs["state"]`` and the critic ``state ++ privileged`` when the env gives a
 privileged dict), and with ``rl2_inputs`` the previous action, the previous
 reward and a new-episode flag (RL^2). Recurrent cores are reset where a new
@@ -25,6 +26,13 @@ from flax import struct
 from metarl.agents.distributions import ACTION_DISTRIBUTIONS
 from metarl.agents.networks import Tower, initial_carry
 from metarl.envs import TRIAL
+
+# Normalised observations are clipped to [-OBS_CLIP, OBS_CLIP]: a dimension that was
+# constant in the first batch (a ball at rest, a contact flag) gets the statistics'
+# floor of 1e-6 as its std, and its first nonzero value would reach the networks as
+# ~1e5 (value losses of 1e12 in the next iteration). 10, as Stable-Baselines3's
+# VecNormalize; a value inside the bound passes unchanged.
+OBS_CLIP = 10.0
 
 
 @struct.dataclass
@@ -96,7 +104,7 @@ class Agent:
     def inputs(self, normalizer, obs, carry: AgentCarry) -> tuple[jax.Array, jax.Array]:
         """(actor input, critic input) for one step."""
         if self.normalize_observations:
-            obs = running_statistics.normalize(obs, normalizer)
+            obs = running_statistics.normalize(obs, normalizer, max_abs_value=OBS_CLIP)
         if isinstance(obs, dict):
             actor, critic = obs["state"], jnp.concatenate([obs["state"], obs["privileged"]], -1)
         else:
