@@ -196,6 +196,12 @@ ROWS = [
         ValueError,
         "does not fit this env",
     ),
+    (
+        "reset_every_episode with nothing to reset",
+        lambda: ppo.PPOConfig(reset_every_episode=True),
+        ValueError,
+        "reset_every_episode=True has nothing to reset",
+    ),
     # -- contexts --
     ("unknown name", bind({"gravitee": C.Uniform(1.0, 2.0)}), ValueError, "unknown context name"),
     ("low > high", lambda: C.Uniform(2.0, 1.0), ValueError, "low <= high"),

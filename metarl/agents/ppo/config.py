@@ -68,6 +68,12 @@ class PPOConfig:
             )
         if self.core not in CORES:
             raise ValueError(f"PPOConfig.core must be one of {sorted(CORES)}, got {self.core!r}")
+        if self.reset_every_episode and self.core == "mlp" and not self.rl2_inputs:
+            raise ValueError(
+                "PPOConfig.reset_every_episode=True has nothing to reset: the mlp core keeps no "
+                "state and rl2_inputs is False. Use core='gru' or 'lstm', or rl2_inputs=True, "
+                "or leave it False"
+            )
         if self.action_distribution not in ACTION_DISTRIBUTIONS:
             raise ValueError(
                 f"PPOConfig.action_distribution must be one of {sorted(ACTION_DISTRIBUTIONS)}, "
