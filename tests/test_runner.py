@@ -510,7 +510,7 @@ def _heatmaps(monkeypatch) -> list[tuple]:
     """(run, step, x name, x units, training box) of every heatmap logged from now on."""
     drawn = []
 
-    def log_heatmap(self, step, x_name, xs, y_name, ys, returns, train_box=None):
+    def log_heatmap(self, step, x_name, xs, y_name, ys, returns, train_box=None, log_axes=None):
         drawn.append(
             (pathlib.Path(self.logdir).name, step, x_name, self.units.get(x_name), train_box)
         )
