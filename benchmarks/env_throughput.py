@@ -21,6 +21,13 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
   contextual dense with done envs never reset, with the step run on the default
   System, or without MJX's fence (the strategies then agree only to float
   rounding); `ablate_nofence:pool` for another strategy than dense.
+* ablate_norefill: the pool's machinery without its refills (not exact): a done
+  env swaps in its pool entry, which is never recomputed, so the step carries and
+  selects the second physics state but never refills and never asks whether to
+  (no 0-or-1-trip loop, which on a GPU waits on the host at every step). With
+  `contextual_pool`, `contextual_dense` and `ablate_noreset` it splits the pool's
+  cost: carrying the entry (noreset - norefill), its refills (refills/step x
+  (noreset - dense)) and the rest, the per-step check (norefill - pool - refills).
 
 With several `--num-envs` it also writes `--out`.json and a PNG plot of
 steps/s against num_envs (log-log) for plain, brax_dr and contextual.
@@ -101,11 +108,11 @@ def _brax_randomizer(num_envs: int):
 
 
 def _refilled(state, nxt) -> jax.Array:
-    """Whether a "pool" step refilled: every entry is ready before the done envs use theirs."""
+    """Whether a "pool" step refilled: some env was done whose entry was not ready
+    (the condition `pooled_where_done` refills on)."""
     if POOL not in state.info:
         return jnp.int32(0)
-    before, after = state.info[POOL].ready.sum(), nxt.info[POOL].ready.sum()
-    return (after + nxt.done.sum() > before).astype(jnp.int32)
+    return jnp.any((nxt.done > 0) & ~state.info[POOL].ready).astype(jnp.int32)
 
 
 def _rollout(reset, step, action_size: int, num_envs: int, steps: int):
@@ -133,6 +140,15 @@ def _ablated(env: ContextualEnv, what: str) -> ContextualEnv:
     """Diagnostics only (not exact): switch off one part of the contextual step."""
     if what == "nofence":
         env._fence = False  # noqa: SLF001
+    elif what == "norefill":
+        if env.reset_strategy != "pool":
+            raise ValueError("ablate_norefill runs the pool strategy, not another")
+
+        def stale(done, operand, current, pending, ready):  # every entry counts as ready
+            picked = jax.tree.map(lambda n, o: jnp.where(done, n, o), pending, current)
+            return picked, pending, jnp.ones_like(ready)
+
+        env._select = stale  # noqa: SLF001
     elif what == "noreset":
         if env.reset_strategy == "pool":
             raise ValueError("ablate_noreset runs a stateless strategy (dense, loop), not pool")
@@ -166,7 +182,7 @@ def _build(label: str, name: str, n: int, cfg: Config):
         strategy = label.removeprefix("contextual_")
     elif label.startswith("ablate_"):
         label, _, strategy = label.partition(":")
-        strategy = strategy or "dense"
+        strategy = strategy or ("pool" if label == "ablate_norefill" else "dense")
     elif label != "contextual":
         raise ValueError(f"unknown variant {label!r}")
     ctx = make_contextual(
@@ -214,7 +230,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
         f"{cfg.steps} steps x {cfg.rounds} paired rounds"
     )
     print(
-        f"{'variant':<18}{'steps/s':>12}{'ratio (median, min-max)':>28}"
+        f"{'variant':<22}{'steps/s':>12}{'ratio (median, min-max)':>28}"
         f"{'compile s':>11}{'ratio':>7}{'dones/step':>12}{'refills/step':>14}"
     )
     result = {}
@@ -224,7 +240,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
         ratios = base / ts if base is not None else np.full_like(ts, np.nan)
         c_ratio = compile_s[label] / compile_s.get("plain", np.nan)
         print(
-            f"{label:<18}{sps:>12,.0f}{np.median(ratios):>12.3f} "
+            f"{label:<22}{sps:>12,.0f}{np.median(ratios):>12.3f} "
             f"({ratios.min():.3f}-{ratios.max():.3f})"
             f"{compile_s[label]:>11.1f}{c_ratio:>7.2f}"
             f"{dones[label] / cfg.steps:>12.1f}{refills[label] / cfg.steps:>14.3f}"

@@ -5,6 +5,7 @@
 # in .whl/ (installed on first use):
 #
 #   bash benchmarks/gpu_run.sh env          # 8192 envs: plain, Brax DR, dense, pool (~7 min)
+#   bash benchmarks/gpu_run.sh poolcost     # hopper: where the pool's last 5% goes (~4 min)
 #   bash benchmarks/gpu_run.sh ppo 0 1 2    # PPO vs Brax PPO at the settings (~5 min)
 #   bash benchmarks/gpu_run.sh ppo 3 4 benchmarks/results/ppo_seeds_0_1_2.json   # + merge
 #   bash benchmarks/gpu_run.sh profile      # where PPO's time goes (trace), two-device test
@@ -16,7 +17,7 @@
 # command has its own time limit, so one that hangs costs its share, not the call.
 # SMOKE=1 shrinks every size, to check the script on a CPU in a few minutes.
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh env | ppo SEED... [MERGE.json] | profile | repro | resume"}
+stage=${1:?"usage: gpu_run.sh env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
 shift
 out=${OUT:-/tmp/gpu_run}
 mkdir -p "$out"
@@ -56,6 +57,15 @@ env)
   [ "$smoke" = 1 ] && mjx=(inverted_pendulum) || mjx=(ant)
   run 150 env_8192_mjx python3 benchmarks/env_throughput.py --envs "${mjx[@]}" --backend mjx \
     "${sizes[@]}" --variants plain brax_dr contextual contextual_pool --out "$out/env_8192_mjx"
+  ;;
+poolcost)
+  # The pool's cost split three ways (env_throughput.py's docstring): carrying its
+  # entry (noreset - norefill), its refills (refills/step x (noreset - dense)) and
+  # the per-step check whether to refill (the rest: on a GPU a loop waits on the host)
+  if [ "$smoke" = 1 ]; then args=(--envs inverted_pendulum --num-envs 64 --steps 20 --rounds 3)
+  else args=(--envs hopper --num-envs 8192 --steps 300 --rounds 7); fi
+  run 300 poolcost python3 benchmarks/env_throughput.py "${args[@]}" --variants plain \
+    contextual_pool contextual_dense ablate_noreset ablate_norefill --out "$out/poolcost"
   ;;
 ppo)
   seeds=() merge=()
@@ -98,7 +108,7 @@ resume)
   run 200 resume_deterministic env XLA_FLAGS="${XLA_FLAGS:-} --$deterministic" "${resumed[@]}"
   ;;
 *)
-  echo "unknown stage $stage: env, ppo, profile, repro or resume"
+  echo "unknown stage $stage: env, poolcost, ppo, profile, repro or resume"
   exit 2
   ;;
 esac
