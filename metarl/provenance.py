@@ -5,7 +5,7 @@ compared on resume.
 (JAX, Brax, MuJoCo, Flax, Optax, ...) and a hash of metarl's own source
 (the `metarl` and `curricula` packages, file by file), so that a run resumed
 on other code or libraries does not mix two runs silently
-(`metarl.experiment.check_identity`). The hash, not a git commit, because it
+(`metarl.rundir.check_identity`). The hash, not a git commit, because it
 changes exactly when the code that runs changes, and works for installed
 wheels too. `platform()` names what else changes the numbers of the same
 code: the device kind and count (the envs are split over the devices), the

@@ -19,7 +19,7 @@ from brax import envs as brax_envs
 from tensorboardX import SummaryWriter
 
 import curricula
-from metarl import checkpoint, experiment, provenance, stats
+from metarl import checkpoint, experiment, provenance, rundir, stats
 from metarl import contexts as C
 from metarl.agents import ppo
 from metarl.envs import make_contextual
@@ -147,7 +147,7 @@ def test_a_rerun_with_another_config_refuses_and_names_the_fields(exp, compiled,
         _run(exp, compiled, tmp_path / "h", 1, hparams={"lr": 2.0})
     rows = _run(exp, compiled, tmp_path / "h", 2, hparams={"lr": 2.0}, resume="force")
     assert [r["segment"] for r in rows] == [1, 2]
-    record = json.loads((tmp_path / "h" / experiment.RUN_FILE).read_text())
+    record = json.loads((tmp_path / "h" / rundir.RUN_FILE).read_text())
     assert record["forced"] == [["lr"]] and record["config_before"] == [{"lr": 1.0}]
     rows = _run(exp, compiled, logdir, 2)  # more segments: the run is extended
     assert [r["segment"] for r in rows] == [1, 2]
@@ -160,14 +160,14 @@ def test_a_logdir_with_checkpoints_but_no_run_record_is_never_resumed(exp, compi
     config would continue them and record its own config as theirs."""
     logdir = tmp_path / "run"
     _run(exp, compiled, logdir, 1)
-    (logdir / experiment.RUN_FILE).unlink()
+    (logdir / rundir.RUN_FILE).unlink()
     for resume in experiment.RESUME_MODES:
         with pytest.raises(
             SystemExit,
             match="holds checkpoints, history.json and TensorBoard event files but no run.json",
         ):
             _run(exp, compiled, logdir, 2, resume=resume)
-    assert checkpoint.latest_step(logdir / experiment.CHECKPOINTS) == 1  # nothing touched
+    assert checkpoint.latest_step(logdir / rundir.CHECKPOINTS) == 1  # nothing touched
     # another program's TensorBoard events: never deleted by a fresh start
     foreign = tmp_path / "foreign"
     with SummaryWriter(str(foreign)) as writer:
@@ -195,7 +195,7 @@ def test_fewer_segments_than_a_run_holds_are_refused(exp, compiled, tmp_path):
     _run(exp, compiled, logdir, 2)
     with pytest.raises(SystemExit, match="holds 2 finished segments; --segments 1"):
         _run(exp, compiled, logdir, 1)
-    record = json.loads((logdir / experiment.RUN_FILE).read_text())
+    record = json.loads((logdir / rundir.RUN_FILE).read_text())
     assert record["config"]["segments"] == 2  # not rewritten
 
 
@@ -203,17 +203,17 @@ def test_a_logdir_in_use_by_another_run_is_refused(exp, compiled, tmp_path):
     """A second process on a live logdir would delete the first one's event file and
     history on its fresh start, and interleave checkpoints."""
     logdir = tmp_path / "run"
-    with experiment._exclusive(logdir):  # as a run in another process holds it
+    with rundir.exclusive(logdir):  # as a run in another process holds it
         with pytest.raises(SystemExit, match=f"in use by process {os.getpid()}"):
             _run(exp, compiled, logdir, 1)
-    assert not (logdir / experiment.RUN_FILE).exists()
+    assert not (logdir / rundir.RUN_FILE).exists()
     assert [r["segment"] for r in _run(exp, compiled, logdir, 1)] == [1]  # released
 
 
 def test_a_rerun_on_other_software_refuses_unless_forced(exp, compiled, tmp_path, capsys):
     logdir = tmp_path / "run"
     _run(exp, compiled, logdir, 1)
-    path = logdir / experiment.RUN_FILE
+    path = logdir / rundir.RUN_FILE
     record = json.loads(path.read_text())
     script = provenance.file_hash(getattr(sys.modules["__main__"], "__file__", None))
     assert record["software"] == {**provenance.software(), "script": script}
@@ -239,7 +239,7 @@ def test_a_rerun_on_other_software_refuses_unless_forced(exp, compiled, tmp_path
 def test_a_rerun_on_another_platform_refuses_unless_forced(exp, compiled, tmp_path):
     logdir = tmp_path / "run"
     _run(exp, compiled, logdir, 1)
-    path = logdir / experiment.RUN_FILE
+    path = logdir / rundir.RUN_FILE
     record = json.loads(path.read_text())
     assert record["platform"] == provenance.platform()
     assert record["platform"]["devices"] == jax.device_count() == 1
@@ -260,7 +260,7 @@ def test_a_rerun_on_another_platform_refuses_unless_forced(exp, compiled, tmp_pa
 
 def test_the_run_identity_holds_what_changes_the_numbers(exp):
     def identity(e, steps=STEPS):
-        return experiment._identity(e, None, 1, 0, steps, 3)
+        return rundir.describe_run(e, None, 1, 0, steps, 3)
 
     def changed(other):
         a, b = identity(exp), other
@@ -320,12 +320,12 @@ def test_the_run_identity_sees_static_model_settings_and_the_envs_code():
         return make_contextual(mjcf, C.ContextSpace({"mass": C.Scale(0.5, 2.0)}))
 
     base = env()
-    assert experiment._model_digest(env()) == experiment._model_digest(base)
+    assert rundir.model_digest(env()) == rundir.model_digest(base)
     for option in ('integrator="RK4"', 'iterations="1"', 'cone="elliptic"'):
-        assert experiment._model_digest(env(option)) != experiment._model_digest(base), option
-    described = experiment._describe_env(base)
-    assert experiment._describe_env(env()) == described
-    flipped = experiment._describe_env(env(weight=-1.0))
+        assert rundir.model_digest(env(option)) != rundir.model_digest(base), option
+    described = rundir.describe_env(base)
+    assert rundir.describe_env(env()) == described
+    flipped = rundir.describe_env(env(weight=-1.0))
     assert [k for k in described if described[k] != flipped[k]] == ["code"]
 
 
@@ -395,9 +395,9 @@ def test_compiled_pieces_serve_only_runs_with_the_same_evaluation(exp, compiled)
 def test_damaged_checkpoints_are_never_started_over(exp, compiled, tmp_path):
     logdir = tmp_path / "run"
     _run(exp, compiled, logdir, 1, hparams={"lr": 1.0})
-    kept = sorted(logdir.glob("events.out.tfevents.*")) + [logdir / experiment.HISTORY]
-    record = (logdir / experiment.RUN_FILE).read_text()
-    for path in (logdir / experiment.CHECKPOINTS / "1").rglob("*"):
+    kept = sorted(logdir.glob("events.out.tfevents.*")) + [logdir / rundir.HISTORY]
+    record = (logdir / rundir.RUN_FILE).read_text()
+    for path in (logdir / rundir.CHECKPOINTS / "1").rglob("*"):
         if path.is_file() and path.stat().st_size:
             path.write_bytes(bytes(path.stat().st_size))  # every byte zeroed
     forced = {"hparams": {"lr": 2.0}, "resume": "force"}  # a change that could be forced
@@ -406,8 +406,8 @@ def test_damaged_checkpoints_are_never_started_over(exp, compiled, tmp_path):
     with pytest.raises(SystemExit, match=r"only damaged ones moved aside \(damaged-1\)"):
         _run(exp, compiled, logdir, 2, **forced)
     assert all(path.exists() for path in kept)  # neither the logs nor the history went
-    assert (logdir / experiment.RUN_FILE).read_text() == record  # nor the record changed
-    assert (logdir / experiment.CHECKPOINTS / "damaged-1").is_dir()
+    assert (logdir / rundir.RUN_FILE).read_text() == record  # nor the record changed
+    assert (logdir / rundir.CHECKPOINTS / "damaged-1").is_dir()
 
 
 def test_source_hash_follows_the_code_only(tmp_path):

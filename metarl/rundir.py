@@ -1,0 +1,374 @@
+"""A run's directory: its layout, the identity ``run.json`` records (the config, the
+env's settings and code, a digest of its physics model, the software and platform),
+the check that a rerun matches that identity before it resumes (`check_identity`),
+the lock one process holds on the directory, and atomic writes of its JSON files.
+`metarl.experiment` drives the run itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import functools
+import hashlib
+import inspect
+import json
+import os
+import pathlib
+import socket
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+
+from metarl import provenance
+from metarl.envs import ContextualEnv
+from metarl.tensorboard import flatten_hparams
+from metarl.trees import stable_repr, to_numpy
+
+if TYPE_CHECKING:
+    from metarl.experiment import CurriculumLike, Experiment
+
+HISTORY = "history.json"
+RUN_FILE = "run.json"
+CHECKPOINTS = "checkpoints"
+LOCK_FILE = ".lock"  # held by the process running in a logdir
+RESUME_MODES = ("auto", "never", "force")
+# Fields a rerun may change under resume="auto": more (or fewer) segments.
+EXTENDABLE = ("segments",)
+# Fields not even resume="force" accepts: they would mix runs or fail to restore.
+# (`env.model`, the physics model's digest, can be forced: a library upgrade may change it)
+NEVER_FORCED = ("seed", "num_seeds", "ppo.", "experiment.")
+# Fields a run.json written by an older metarl lacks: not compared (with a note) then.
+RECORDED_LATER = (
+    "experiment.env.reset_strategy",
+    "experiment.env.reset_chunk",
+    "experiment.env.space",
+    "experiment.env.code",
+)
+# What a run ran on, recorded beside its config and compared like config fields
+# "<section>.<name>" (forceable): provenance.software() (+ the script's hash), .platform()
+ENVIRONMENT = ("software", "platform")
+
+
+def describe_run(
+    exp: Experiment, hparams: Any, num_seeds: int, seed: int, steps_per_segment: int, segments: int
+) -> dict[str, Any]:
+    config = flatten_hparams(hparams) if hparams is not None else {}
+    config.update({f"ppo.{k}": v for k, v in flatten_hparams(exp.ppo).items()})
+    config.update({f"eval.{k}": v for k, v in flatten_hparams(exp.eval).items()})
+    config.update({f"experiment.env.{k}": v for k, v in describe_env(exp.env).items()})
+    config.update(
+        {
+            "seed": seed,
+            "num_seeds": num_seeds,
+            "steps_per_segment": steps_per_segment,
+            "segments": segments,
+            "experiment.target": stable_repr(exp.target),
+            "experiment.curriculum": _describe_curriculum(exp.curriculum),
+            "env.model": model_digest(exp.env),
+        }
+    )
+    for key in ("logdir", "resume"):
+        config.pop(key, None)
+    return json.loads(json.dumps(config, default=str))  # as run.json will hold it
+
+
+def describe_env(env: ContextualEnv) -> dict[str, Any]:
+    """The contextual wrapper's settings and the wrapped env's construction settings:
+    its plain attributes (Brax envs keep their keyword arguments so, MjcfEnv its
+    n_frames and noise), its config (Playground's ConfigDict) and the names of
+    the functions it was given (MjcfEnv's observe, reward, terminated)."""
+    inner = env.unwrapped
+    described = {
+        "class": f"{type(inner).__module__}.{type(inner).__qualname__}",
+        "backend": env.binding.backend,
+        "episode_length": env.episode_length,
+        "episodes_per_trial": env.episodes_per_trial,
+        "visible_context": env.visible_context,
+        # strategies agree bit for bit on a CPU, to float rounding on a GPU
+        "reset_strategy": env.reset_strategy,
+        "reset_chunk": env.reset_chunk,
+        # the env's own space: its default ranges, and the scale of a visible context
+        "space": stable_repr(env.space),
+    }
+    code = hashlib.sha256()
+    for name, value in sorted(vars(inner).items()):
+        if hasattr(value, "to_dict"):  # ml_collections.ConfigDict
+            value = value.to_dict()
+        if inspect.isfunction(value):
+            described[name] = f"{value.__module__}.{value.__qualname__}"
+        elif _plain(value):
+            described[name] = value
+        if callable(value) and not isinstance(value, type):
+            code.update(f"{name}={_code_text(value)}\n".encode())
+    # what the env's functions compute (an edited reward in an imported module, a
+    # partial's arguments), which their names alone do not say
+    described["code"] = code.hexdigest()[:16]
+    return described
+
+
+def _code_text(fn: Any) -> str:
+    """Text that changes when what `fn` computes changes: a function's source (its
+    bytecode where no source is found), defaults and plain captured values; a
+    partial's function and arguments; a jitted function's wrapped one; another
+    callable's repr without addresses."""
+    if isinstance(fn, functools.partial):
+        return f"partial({_code_text(fn.func)}, {stable_repr(fn.args)}, {stable_repr(fn.keywords)})"
+    if inspect.isfunction(fn):
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):
+            source = f"{fn.__code__.co_code.hex()} {stable_repr(fn.__code__.co_consts)}"
+        cells = [c.cell_contents for c in fn.__closure__ or () if _filled(c)]
+        captured = [stable_repr(v) if _plain(v) else type(v).__qualname__ for v in cells]
+        return (
+            f"{fn.__module__}.{fn.__qualname__} {source} {stable_repr(fn.__defaults__)} "
+            f"{stable_repr(fn.__kwdefaults__)} {captured}"
+        )
+    if hasattr(fn, "__wrapped__"):  # jax.jit, functools.wraps
+        return f"{type(fn).__qualname__}({_code_text(fn.__wrapped__)})"
+    return f"{type(fn).__qualname__} {stable_repr(fn)}"
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:  # a cell not yet assigned
+        return False
+    return True
+
+
+def _plain(value: Any) -> bool:
+    """A value whose repr is the same in every process (numbers, strings, and
+    tuples, lists and dicts of them)."""
+    if isinstance(value, bool | int | float | str | np.integer | np.floating) or value is None:
+        return True
+    if isinstance(value, tuple | list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def model_digest(env: ContextualEnv) -> str:
+    """sha256 (16 hex digits) of the default physics model (an edited MJCF, another
+    asset or a constructor argument that changes the model): every field, the
+    arrays and the static settings alike (integrator, solver, iterations, cone,
+    disable flags, joint and geom types, ...), which a model's pytree leaves leave
+    out."""
+    digest = hashlib.sha256()
+    _digest_fields(digest, env.binding.sys)
+    return digest.hexdigest()[:16]
+
+
+def _digest_fields(digest: Any, value: Any) -> None:
+    """Feeds `value` into `digest`: dataclasses field by field, arrays as dtype, shape
+    and bytes, containers item by item, scalars and enums by their text. Other
+    objects (the MjModel a Brax System keeps beside its own fields) by type only."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        digest.update(type(value).__qualname__.encode())
+        for field in dataclasses.fields(value):
+            digest.update(f"|{field.name}=".encode())
+            _digest_fields(digest, getattr(value, field.name))
+    elif isinstance(value, jax.Array | np.ndarray | np.generic):
+        leaf = to_numpy(value)
+        digest.update(f"{leaf.dtype}{leaf.shape}".encode())
+        digest.update(np.ascontiguousarray(leaf).tobytes())
+    elif isinstance(value, tuple | list):
+        digest.update(f"{type(value).__name__}{len(value)}".encode())
+        for item in value:
+            _digest_fields(digest, item)
+    elif isinstance(value, Mapping):
+        for key in sorted(value, key=str):
+            digest.update(f"{key!r}:".encode())
+            _digest_fields(digest, value[key])
+    elif isinstance(value, bool | int | float | str | bytes) or value is None:
+        digest.update(repr(value).encode())
+    else:
+        digest.update(type(value).__qualname__.encode())
+
+
+def _describe_curriculum(curriculum: CurriculumLike) -> str:
+    """The factory and arguments a curriculum was built with (`curricula.Curriculum.params`),
+    or, for a curriculum that does not say, the name of its update function."""
+    params = dict(getattr(curriculum, "params", None) or {})
+    if params:
+        args = ", ".join(f"{k}={stable_repr(v)}" for k, v in params.items() if k != "name")
+        return f"{params['name']}({args})"
+    update = curriculum.update
+    if hasattr(update, "__qualname__"):
+        return f"{getattr(update, '__module__', '?')}.{update.__qualname__}"
+    return stable_repr(update)  # e.g. a functools.partial: its function and arguments
+
+
+def _enumerate(items: list[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]]))
+
+
+def run_logdirs(logdir: pathlib.Path) -> list[pathlib.Path]:
+    """Where a run in `logdir` writes event files, for any number of seeds."""
+    return [logdir, *sorted(logdir.glob("seed_*")), logdir / "aggregate"]
+
+
+def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    return {
+        k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
+    }
+
+
+def _environment() -> dict[str, dict[str, Any]]:
+    """The run's software (with a hash of the script that runs it) and platform."""
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    return {
+        "software": {**provenance.software(), "script": provenance.file_hash(script)},
+        "platform": provenance.platform(),
+    }
+
+
+def check_identity(
+    logdir: pathlib.Path,
+    config: dict[str, Any],
+    resume: str,
+    segments_done: int = 0,
+    write: bool = True,
+) -> dict[str, Any]:
+    """Refuses to continue a run whose recorded config differs (see `RESUME_MODES`);
+    returns the record run.json is to hold, and writes it there if `write` (`Run`
+    writes it only once the checkpoint is restored: a resume that fails changes
+    nothing).
+
+    resume="never": refuse any existing run. "auto": resume when the config is
+    the same but for `EXTENDABLE` fields (more segments). "force": also accept
+    other differences, except `NEVER_FORCED` fields (seeds, PPO, the env's
+    settings and space, target, curriculum), which would mix runs; accepted
+    differences are recorded. The model digest `env.model` can be forced (a
+    library upgrade may change it).
+    The software a run ran on (`metarl.provenance.software`: library versions,
+    a hash of metarl's source and of the script) and its platform
+    (`metarl.provenance.platform`: device kind and count, XLA flags, JAX's
+    numerical settings) count as config fields ``software.<name>`` and
+    ``platform.<name>``: a rerun on other code, libraries or devices needs
+    resume="force", and the earlier values are kept in ``<section>_before``
+    (``config_before`` for forced config fields). `segments_done`: the segments
+    the run's checkpoints hold; asking for fewer is refused.
+    """
+    if resume not in RESUME_MODES:
+        raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
+    path = logdir / RUN_FILE
+    now = _environment()
+    record = {
+        **now,
+        **{f"{s}_before": [] for s in (*ENVIRONMENT, "config")},
+        "config": config,
+        "forced": [],
+    }
+    leftovers = [p.name for p in (logdir / CHECKPOINTS, logdir / HISTORY) if p.exists()]
+    # event files where a run logs (a fresh start deletes its own stale ones)
+    events = [f for d in run_logdirs(logdir) for f in d.glob("events.out.tfevents.*")]
+    if not path.exists() and events:
+        leftovers.append("TensorBoard event files")
+    if not path.exists() and leftovers:
+        raise SystemExit(
+            f"{logdir} holds {_enumerate(leftovers)} but no {RUN_FILE}: the config they "
+            f"were made with is unknown, so they are neither resumed nor replaced. Put the "
+            f"run's {RUN_FILE} back, or start a new run with another --logdir"
+        )
+    if path.exists():
+        old = json.loads(path.read_text())
+        if resume == "never":
+            raise SystemExit(
+                f"{logdir} already holds a run (resume='never'): choose another --logdir, "
+                "or rerun with --resume auto to continue it"
+            )
+        if config.get("segments", segments_done) < segments_done:
+            raise SystemExit(
+                f"{logdir} holds {segments_done} finished segments; --segments "
+                f"{config['segments']} would end the run before them. Ask for at least "
+                f"{segments_done} (more extends the run)"
+            )
+        if unrecorded := [k for k in RECORDED_LATER if k in config and k not in old["config"]]:
+            print(
+                f"{path} records no {unrecorded} (written by an older metarl): not compared",
+                file=sys.stderr,
+            )
+        config_now = {k: v for k, v in config.items() if k not in unrecorded}
+        diff = _differences(old["config"], json.loads(json.dumps(config_now)))
+        for section in ENVIRONMENT:  # other code, libraries or devices: forceable
+            if section in old:
+                changed = _differences(old[section], now[section])
+                diff.update({f"{section}.{k}": v for k, v in changed.items()})
+            else:
+                print(
+                    f"{path} records no {section} (written by an older metarl): not compared",
+                    file=sys.stderr,
+                )
+        blocking = {k: v for k, v in diff.items() if k not in EXTENDABLE}
+        never = {k: v for k, v in blocking.items() if k.startswith(NEVER_FORCED)}
+        if blocking and (resume == "auto" or never):
+            lines = "\n".join(f"  {k}: run has {a!r}, now {b!r}" for k, (a, b) in blocking.items())
+            hint = (
+                f"fields {sorted(never)} cannot be forced: start a new run with another --logdir"
+                if never
+                else "start a new run with another --logdir, or accept with --resume force"
+            )
+            sections = {k.split(".")[0] for k in blocking}
+            kinds = {s if s in ENVIRONMENT else "config" for s in sections}
+            what = " and ".join(sorted(kinds))  # e.g. "config", "platform and software"
+            raise SystemExit(f"{logdir} holds a run with another {what}:\n{lines}\n{hint}")
+        record["forced"] = old.get("forced", []) + ([sorted(blocking)] if blocking else [])
+        for section in ENVIRONMENT:  # the values of the segments before each change
+            earlier = [old[section]] if old.get(section, now[section]) != now[section] else []
+            record[f"{section}_before"] = old.get(f"{section}_before", []) + earlier
+        earlier = {k: a for k, (a, _) in blocking.items() if k.split(".")[0] not in ENVIRONMENT}
+        record["config_before"] = old.get("config_before", []) + ([earlier] if earlier else [])
+        if blocking:
+            print(f"Resuming with changed fields (forced): {sorted(blocking)}", file=sys.stderr)
+    if write:
+        write_json(path, record)
+    return record
+
+
+def write_json(path: pathlib.Path, data: Any) -> None:
+    """Replaces `path` atomically and durably: a crash, even a power cut, leaves the
+    old file or the new one, never a truncated one (written, synced, renamed, and
+    the rename synced)."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(data, indent=1, default=str))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+@contextlib.contextmanager
+def exclusive(logdir: pathlib.Path):
+    """Holds ``<logdir>/.lock`` for the run: a second process started on the same
+    logdir would delete or overwrite what the first one writes, so it is refused."""
+    logdir.mkdir(parents=True, exist_ok=True)
+    with open(logdir / LOCK_FILE, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise SystemExit(
+                f"{logdir} is in use by {holder}: wait for it to finish, or choose another --logdir"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"process {os.getpid()} on {socket.gethostname()}")
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
