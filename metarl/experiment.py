@@ -407,7 +407,16 @@ class Run:
         write_json(self.logdir / RUN_FILE, self.record)  # restored: the record may change
         self.ts, self.es, self.cstates = state["training"], state["env"], state["curriculum"]
         self.start = int(state["segment"])
-        self.rows = json.loads(history.read_text())[: self.start] if history.exists() else []
+        rows = json.loads(history.read_text()) if history.exists() else []
+        if len(rows) < self.start:  # written before each checkpoint: only a user removes it
+            raise SystemExit(
+                f"{history} holds {len(rows)} of the {self.start} segments its checkpoints "
+                "hold: it was removed or replaced. Nothing was deleted; put it back to "
+                "resume, or start a new run with another --logdir"
+            )
+        self.rows = rows[: self.start]
+        if len(rows) > self.start:  # segments a kill left without a checkpoint: TensorBoard
+            write_json(history, self.rows)  # purges them, and so does the history
         print(
             f"Resuming {self.logdir} after segment {self.start} "
             f"({self.space.env_steps(self.ts):,} env steps)"
@@ -619,7 +628,8 @@ def run(
     recorded in ``run.json``). `compiled`: pieces from `compile_experiment` to
     share. With `num_seeds` > 1 every row value is a list over seeds.
     Ctrl-C (SIGINT) or SIGTERM stops at the next chunk of the segment in
-    progress, keeps the last checkpoint and exits with status 130.
+    progress (or, arriving after its last chunk, once the segment is saved),
+    keeps the last checkpoint and exits with status 130.
     """
     for name, value in (("segments", segments), ("steps_per_segment", steps_per_segment)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -667,8 +677,22 @@ def _segments(r: Run, stack, flag, segments, steps_per_segment, hparams, resume,
             raise SystemExit(130) from None
         if progress:
             tqdm.write(_line(_cells(r.rows[-1], r.num_seeds)))
+        _stop_if_signalled(flag, f"after segment {k + 1}, which is saved")
     if r.rows:
         r.report(loggers)
+    _stop_if_signalled(flag, "at the end of the run, which is saved")
+
+
+def _stop_if_signalled(flag: dict, when: str) -> None:
+    """Exits with status 130 when SIGINT or SIGTERM arrived after the last training
+    chunk it could stop (during an evaluation, the logs, a checkpoint or the report):
+    a signal is never dropped, so no caller (`run_variants`) goes on to other work."""
+    if flag["signal"] is not None:
+        print(
+            f"\nInterrupted {when}. Resume by rerunning the same command.",
+            file=sys.stderr,
+        )
+        raise SystemExit(130)
 
 
 def run_variants(

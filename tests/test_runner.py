@@ -410,6 +410,46 @@ def test_damaged_checkpoints_are_never_started_over(exp, compiled, tmp_path):
     assert (logdir / rundir.CHECKPOINTS / "damaged-1").is_dir()
 
 
+def test_a_signal_after_the_last_chunk_stops_once_the_segment_is_saved(
+    exp, compiled, tmp_path, monkeypatch
+):
+    """A Ctrl-C during the last segment's evaluation (training over, nothing left to
+    interrupt) is not dropped: the run exits with 130 once that segment is saved, so
+    `run_variants` starts no further variant; a rerun completes the report."""
+    evaluate = experiment.Run._evaluate
+
+    def interrupted(self, i, k, ts, ranges):
+        if k == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return evaluate(self, i, k, ts, ranges)
+
+    monkeypatch.setattr(experiment.Run, "_evaluate", interrupted)
+    logdir = tmp_path / "run"
+    with pytest.raises(SystemExit) as stop:
+        _run(exp, compiled, logdir, 2)
+    assert stop.value.code == 130
+    assert checkpoint.latest_step(logdir / rundir.CHECKPOINTS) == 2
+    assert len(json.loads((logdir / rundir.HISTORY).read_text())) == 2
+    monkeypatch.setattr(experiment.Run, "_evaluate", evaluate)
+    assert [r["segment"] for r in _run(exp, compiled, logdir, 2)] == [1, 2]
+    assert [s for s, _ in read_scalars(logdir)["hparams/train"]] == [2 * STEPS]
+
+
+def test_the_history_holds_the_checkpointed_segments_only(exp, compiled, tmp_path):
+    logdir = tmp_path / "run"
+    _run(exp, compiled, logdir, 3)
+    # as if the third segment were killed after its logs but before its checkpoint
+    shutil.rmtree(logdir / rundir.CHECKPOINTS / "3")
+    assert len(json.loads((logdir / rundir.HISTORY).read_text())) == 3
+    rows = _run(exp, compiled, logdir, 2)  # trains nothing: 2 segments are saved
+    assert [r["segment"] for r in rows] == [1, 2]
+    assert json.loads((logdir / rundir.HISTORY).read_text()) == rows
+    (logdir / rundir.HISTORY).unlink()  # removed by hand: refused, not restarted
+    with pytest.raises(SystemExit, match=r"holds 0 of the 2 segments"):
+        _run(exp, compiled, logdir, 2)
+    assert checkpoint.latest_step(logdir / rundir.CHECKPOINTS) == 2
+
+
 def test_source_hash_follows_the_code_only(tmp_path):
     code = tmp_path / "metarl"
     shutil.copytree(ROOT / "metarl", code, ignore=shutil.ignore_patterns("__pycache__"))
