@@ -9,7 +9,11 @@ on other code or libraries does not mix two runs silently
 changes exactly when the code that runs changes, and works for installed
 wheels too. `platform()` names what else changes the numbers of the same
 code: the device kind and count (the envs are split over the devices), the
-XLA flags and JAX's numerical settings.
+XLA flags and JAX's numerical settings, and on the CPU backend the host CPU:
+XLA compiles for its instruction set and splits work over the cores it may
+use, and both change the results (measured: quickstart's final extrapolation-low
+return, same code and seed, was 152.2 on 2 cores with AVX-512, 203.9 with
+``--xla_cpu_max_isa=AVX2`` and 350.7 on 1 core of the same machine).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+import platform as host
 from importlib.metadata import PackageNotFoundError, version
 
 import jax
@@ -81,16 +86,41 @@ def platform() -> dict[str, str | int | None]:
     """What runs the programs, besides the software: JAX's backend ("cpu",
     "gpu", ...), the first device's kind ("NVIDIA H100 80GB HBM3"), the number
     of devices and processes, the XLA_FLAGS environment variable and the
-    `JAX_SETTINGS`. The same code and seed give other numbers when any of
-    them changes."""
+    `JAX_SETTINGS`; on the CPU backend also `host_cpu()`. The same code and
+    seed give other numbers when any of them changes."""
+    backend = jax.default_backend()
     return {
-        "backend": jax.default_backend(),
+        "backend": backend,
         "device_kind": jax.devices()[0].device_kind,
         "devices": jax.device_count(),
         "processes": jax.process_count(),
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
         **{name: str(getattr(jax.config, name)) for name in JAX_SETTINGS},
+        **(host_cpu() if backend == "cpu" else {}),
     }
+
+
+# /proc/cpuinfo flags of the vector instruction sets XLA's CPU compiler may target
+_ISA_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "amx", "asimd", "sve", "neon")
+
+
+def host_cpu() -> dict[str, str | int]:
+    """The host CPU as XLA's CPU backend uses it: ``cpu_model`` (the model name),
+    ``cpu_isa`` (its vector instruction sets, which XLA compiles for, up to
+    ``--xla_cpu_max_isa``) and ``cpu_cores`` (the cores this process may run on,
+    over which XLA splits its work)."""
+    info = {}
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    except OSError:  # not Linux
+        pass
+    model = info.get("model name") or host.processor() or host.machine()
+    flags = (info.get("flags") or info.get("Features") or "").split()
+    isa = sorted({f for f in flags if f.startswith(_ISA_PREFIXES)})
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu_model": model, "cpu_isa": " ".join(isa), "cpu_cores": cores}
 
 
 def file_hash(path: str | os.PathLike | None) -> str | None:

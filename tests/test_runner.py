@@ -258,6 +258,27 @@ def test_a_rerun_on_another_platform_refuses_unless_forced(exp, compiled, tmp_pa
     assert [p["devices"] for p in record["platform_before"]] == [2]  # what segment 1 ran on
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux CPU affinity")
+def test_the_platform_names_the_host_cpu_whose_cores_and_isa_change_cpu_numbers():
+    """XLA compiles a CPU program for the host's instruction set and splits its work
+    over the cores the process may use; each changes the numbers (provenance's
+    docstring has the measurement), so the record names them and a resume on another
+    CPU or core count is refused unless forced, like any other platform field."""
+    here = provenance.platform()
+    assert here["cpu_cores"] == len(os.sched_getaffinity(0))
+    assert here["cpu_isa"] and here["cpu_model"]
+    code = (
+        "import json, os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from metarl import provenance; print(json.dumps(provenance.platform()))"
+    )
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    one_core = json.loads(out.stdout.splitlines()[-1])
+    assert one_core == {**here, "cpu_cores": 1}
+
+
 def test_the_run_identity_holds_what_changes_the_numbers(exp):
     def identity(e, steps=STEPS):
         return rundir.describe_run(e, None, 1, 0, steps, 3)
