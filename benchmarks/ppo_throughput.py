@@ -207,7 +207,7 @@ def metarl_ppo(cfg: Config, core: str, reset_strategy: str = "auto"):
 
 def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> None:
     """Adds the per-seed results of an earlier run's --out file to `runs`, after
-    checking that it ran these settings (seeds aside) on this JAX and device,
+    checking that it ran these settings (seeds aside) on this JAX and device (and host CPU),
     and that no seed is in both."""
     record = json.loads(Path(path).read_text())
     ignore = ("seeds", "out", "merge", "compile_cache", "other_software")
@@ -263,6 +263,8 @@ def main(cfg: Config) -> None:
     if cfg.strategy is not None:
         trainers[f"metarl_mlp_{cfg.strategy}"] = metarl_ppo(cfg, "mlp", cfg.strategy)
     environment = {"jax": jax.__version__, "device": jax.devices()[0].device_kind}
+    if jax.default_backend() == "cpu":  # another CPU or core count: other speeds and returns
+        environment.update(provenance.host_cpu())
     runs = {name: {} for name in trainers}
     for path in cfg.merge:  # checked before any training: a file that cannot merge costs nothing
         _merge(runs, path, cfg, environment)
