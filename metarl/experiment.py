@@ -404,18 +404,18 @@ class Run:
                 "another structure was made by another config: start a new run with "
                 "another --logdir)"
             ) from None
-        write_json(self.logdir / RUN_FILE, self.record)  # restored: the record may change
-        self.ts, self.es, self.cstates = state["training"], state["env"], state["curriculum"]
-        self.start = int(state["segment"])
+        start = int(state["segment"])
         rows = json.loads(history.read_text()) if history.exists() else []
-        if len(rows) < self.start:  # written before each checkpoint: only a user removes it
+        if len(rows) < start:  # written before each checkpoint: only a user removes it
             raise SystemExit(
-                f"{history} holds {len(rows)} of the {self.start} segments its checkpoints "
+                f"{history} holds {len(rows)} of the {start} segments its checkpoints "
                 "hold: it was removed or replaced. Nothing was deleted; put it back to "
                 "resume, or start a new run with another --logdir"
             )
-        self.rows = rows[: self.start]
-        if len(rows) > self.start:  # segments a kill left without a checkpoint: TensorBoard
+        write_json(self.logdir / RUN_FILE, self.record)  # restored: the record may change
+        self.ts, self.es, self.cstates = state["training"], state["env"], state["curriculum"]
+        self.start, self.rows = start, rows[:start]
+        if len(rows) > start:  # segments a kill left without a checkpoint: TensorBoard
             write_json(history, self.rows)  # purges them, and so does the history
         print(
             f"Resuming {self.logdir} after segment {self.start} "

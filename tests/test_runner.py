@@ -466,9 +466,11 @@ def test_the_history_holds_the_checkpointed_segments_only(exp, compiled, tmp_pat
     assert [r["segment"] for r in rows] == [1, 2]
     assert json.loads((logdir / rundir.HISTORY).read_text()) == rows
     (logdir / rundir.HISTORY).unlink()  # removed by hand: refused, not restarted
+    record = (logdir / rundir.RUN_FILE).read_text()
     with pytest.raises(SystemExit, match=r"holds 0 of the 2 segments"):
-        _run(exp, compiled, logdir, 2)
+        _run(exp, compiled, logdir, 2, hparams={"lr": 2.0}, resume="force")
     assert checkpoint.latest_step(logdir / rundir.CHECKPOINTS) == 2
+    assert (logdir / rundir.RUN_FILE).read_text() == record  # a refused resume writes nothing
 
 
 def test_source_hash_follows_the_code_only(tmp_path):
