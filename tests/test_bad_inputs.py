@@ -226,6 +226,26 @@ ROWS = [
         ValueError,
         "both write System field",
     ),
+    (  # the relative entry writes 0 over the raw draw where the default is 0 (dof z)
+        "raw path under a relative entry, zero default",
+        bind({"dof.damping[1]": C.Uniform(1.0, 2.0), "dof.damping": C.Scale(0.5, 1.5)}, "puck"),
+        ValueError,
+        "both write System field dof.damping",
+    ),
+    (  # the selection rewrites every element of both copies from the MJX copy
+        "canonical selection after a raw path",
+        bind({"dof.damping": C.Scale(0.5, 1.5), "damping[z]": C.Uniform(1.0, 2.0)}, "puck"),
+        ValueError,
+        "both write System field dof.damping",
+    ),
+    (
+        "raw slice selects nothing",
+        bind({"geom_friction[10:20, 0]": C.Uniform(0.1, 1.0)}),
+        ValueError,
+        "selects no element of field 'geom_friction' of shape (3, 3)",
+    ),
+    ("raw slice step 0", bind({"geom_friction[::0, 0]": C.Uniform(0.1, 1.0)}), ValueError, "step"),
+    ("raw negative inertia", bind({"link.inertia.i": C.Scale(-1.0, -0.5)}), ValueError, "> 0"),
     ("raw path missing", bind({"link.nothing": C.Uniform(1.0, 2.0)}), ValueError, "no field"),
     ("raw index", bind({"geom_friction[99, 0]": C.Uniform(0.1, 1.0)}), ValueError, "index"),
     (
@@ -291,6 +311,14 @@ ROWS = [
     ),
     # -- env calls --
     ("reset(0)", lambda: env().reset(0), TypeError, "PRNG key"),
+    (
+        "jitted reset with another kind",
+        lambda: jax.jit(env().reset)(
+            jax.random.key(0), C.ContextSpace({"gravity": C.Scale(0.5, 1.5)})
+        ),
+        ValueError,
+        "kind and flags",
+    ),
     (
         "reset with other names",
         lambda: env().reset(jax.random.key(0), C.ContextSpace({"mass": C.Scale(0.5, 1.0)})),

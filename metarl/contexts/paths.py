@@ -87,9 +87,15 @@ def resolve(path: RawPath, sys: System) -> np.ndarray:
             "field the simulation reads at run time instead (a JAX array of the System)"
         )
     try:
-        return path.default(sys)
-    except IndexError as e:
+        default = path.default(sys)
+    except (IndexError, ValueError) as e:  # ValueError: a slice step of 0
         raise ValueError(
             f"raw path {path.text!r}: index does not fit field {path.field!r} of shape "
             f"{arr.shape} ({e})"
         ) from None
+    if default.size == 0:
+        raise ValueError(
+            f"raw path {path.text!r}: the index selects no element of field {path.field!r} "
+            f"of shape {arr.shape}; name elements inside it"
+        )
+    return default

@@ -674,7 +674,18 @@ def _limit(target: Quantity | paths.RawPath | TaskParam) -> tuple[float | None, 
 
 RAW_LIMITS = {
     **dict.fromkeys(
-        ("link.inertia.mass", "body_mass", "opt.timestep", "geom_size", "geom_rbound"), (0.0, True)
+        (
+            "link.inertia.mass",
+            "body_mass",
+            # the inertia tensor (Brax) and its principal moments (MuJoCo): a loaded
+            # model's tensor is diagonal (principal axes), so no element may go <= 0
+            "link.inertia.i",
+            "body_inertia",
+            "opt.timestep",
+            "geom_size",
+            "geom_rbound",
+        ),
+        (0.0, True),
     ),
     **dict.fromkeys(
         (
@@ -697,22 +708,38 @@ RAW_LIMITS = {
 
 
 def _written(e: _Entry, sys: System) -> dict[str, np.ndarray]:
-    """{System leaf path: mask of the elements entry `e` writes}, found by writing a
-    perturbed value and comparing (quantities write several copies and derived fields)."""
+    """{System leaf path: mask of the elements entry `e` writes}.
+
+    A raw path writes exactly the elements its index selects of its one field.
+    A quantity writes several copies and derived fields: found by writing a
+    perturbed value and comparing, twice: on the System as loaded and on one
+    with every float shifted by 0.5, so that an element whose default is 0 (a
+    relative draw writes 0 there, which the loaded System already holds) still
+    shows as written."""
+    if isinstance(e.target, paths.RawPath):
+        mask = np.zeros(np.shape(e.target.read(sys)), bool)
+        mask[e.target.index] = True
+        return {"." + e.target.field: mask}
     probe = np.full(e.draw_shape, 1.37 if e.relative else 0.0, np.float32)
     if not e.relative:
         probe = np.asarray(e.default * 1.37 + 0.71, np.float32).reshape(e.shape)
         probe = probe if e.per_element else probe.reshape(-1)[:1].reshape(())
-    after = e.write(sys, jnp.asarray(probe))
-    before = dict(jax.tree_util.tree_flatten_with_path(sys)[0])
-    out = {}
-    for path, new in jax.tree_util.tree_flatten_with_path(after)[0]:
-        old = before.get(path)
-        if old is None or not hasattr(new, "shape") or np.shape(old) != np.shape(new):
-            continue
-        mask = np.asarray(old) != np.asarray(new)
-        if mask.any():
-            out[jax.tree_util.keystr(path)] = mask
+    shifted = jax.tree.map(
+        lambda x: x + 0.5 if hasattr(x, "dtype") and np.issubdtype(x.dtype, np.floating) else x,
+        sys,
+    )
+    out: dict[str, np.ndarray] = {}
+    for base in (sys, shifted):
+        after = e.write(base, jnp.asarray(probe))
+        before = dict(jax.tree_util.tree_flatten_with_path(base)[0])
+        for path, new in jax.tree_util.tree_flatten_with_path(after)[0]:
+            old = before.get(path)
+            if old is None or not hasattr(new, "shape") or np.shape(old) != np.shape(new):
+                continue
+            mask = np.asarray(old) != np.asarray(new)
+            if mask.any():
+                key = jax.tree_util.keystr(path)
+                out[key] = out.get(key, False) | mask
     return out
 
 
