@@ -9,7 +9,11 @@ buffer; once it holds `buffer_size` entries its mean is compared with the
 thresholds: at or above `high_threshold` the boundary moves outwards by `delta`
 times the target's width, at or below `low_threshold` inwards (the paper's >= t_H
 and <= t_L), and the buffer is cleared.
-The ranges never leave the target, and low <= high always.
+The ranges never leave the target, and low <= high always. A boundary never
+shrinks past the starting range (NVIDIA's DeXtreme ADR clamps at its initial range
+too; the paper's ranges start as a point, the default, and cannot shrink past
+it): a range that fails on both sides returns to where it started, not to a point
+that the order of the boundaries picks.
 """
 
 from __future__ import annotations
@@ -134,12 +138,13 @@ def ADR(  # noqa: N802
         names = list(state.target)
         buffers, counts = np.array(state.buffers), np.array(state.counts)
         bounds = {k: [np.asarray(d.low), np.asarray(d.high)] for k, d in state.current.items()}
+        initial = scaled(state.target, start, state.defaults)  # what init started from
         for b in range(2 * len(names)):
             envs = (state.assignment == b) & (episodes > 0)
             step = _record(buffers[b], counts, b, sums[envs] / episodes[envs], t_low, t_high)
             if step:
                 name = names[b // 2]
-                _move(state.target[name], bounds[name], b % 2, step * delta)
+                _move(state.target[name], initial[name], bounds[name], b % 2, step * delta)
         current = ContextSpace(
             {
                 k: dataclasses.replace(d, low=bounds[k][LOW], high=bounds[k][HIGH])
@@ -226,11 +231,12 @@ def _assign(key: jax.Array, n: int, boundaries: int, p: float):
     return key, assignment
 
 
-def _move(target, bounds: list[np.ndarray], side: int, step: float) -> None:
+def _move(target, initial, bounds: list[np.ndarray], side: int, step: float) -> None:
     """Moves bounds[side] outwards by step * target width (inwards if step < 0), in place.
 
-    Log space for LogUniform; the result stays inside the target and never
-    crosses the other boundary.
+    Log space for LogUniform; the result stays inside the target, never crosses
+    the other boundary and never shrinks past the `initial` range (a bound that
+    already lies inside it, from a state saved before this rule, stays put).
     """
     log = isinstance(target, LogUniform)
     fwd, inv = (np.log, np.exp) if log else (lambda x: x, lambda x: x)
@@ -240,10 +246,12 @@ def _move(target, bounds: list[np.ndarray], side: int, step: float) -> None:
     low, high = bounds
     if side == LOW:
         new = inv(fwd(low.astype(np.float64)) - step * width).astype(np.float32)
-        bounds[LOW] = np.clip(new, t_lo, high)
+        floor = np.maximum(low, np.asarray(initial.low, np.float32))
+        bounds[LOW] = np.clip(new, t_lo, np.minimum(high, floor))
     else:
         new = inv(fwd(high.astype(np.float64)) + step * width).astype(np.float32)
-        bounds[HIGH] = np.clip(new, low, t_hi)
+        floor = np.minimum(high, np.asarray(initial.high, np.float32))
+        bounds[HIGH] = np.clip(new, np.maximum(low, floor), t_hi)
 
 
 def _per_env(results: Mapping[str, Any], key: str, n: int) -> np.ndarray:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import numpy as np
 
 from curricula.base import (
@@ -88,6 +90,16 @@ def PerformanceGated(  # noqa: N802
         """Needs ``results[metric]``; widens if it reaches the threshold, else holds."""
         check_state(state, GatedState, f"{who}.update")
         value = require(results, metric, f"{who}(metric={metric!r})")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, numbers.Real | np.ndarray | jax.Array)
+            or np.ndim(value) != 0
+            or not np.issubdtype(np.asarray(value).dtype, np.number)
+        ):
+            raise ValueError(
+                f"{who}.update: results[{metric!r}] must be one real number (NaN holds the "
+                f"gate), got {value!r}"
+            )
         # in float32, as the reference is stored: a float64 return compared with its own
         # float32 rounding could miss the first widening that threshold <= 1 promises
         value = float(np.float32(np.asarray(value)))

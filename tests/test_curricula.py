@@ -336,6 +336,10 @@ def test_gated_needs_its_metric():
     cur = curricula.PerformanceGated(0.2, 0.1, 1.0)
     with pytest.raises(KeyError, match="eval_return"):
         cur.update(cur.init(TARGET), {"episode_return": 3.0})
+    for bad in (None, "12", np.array([12.0, 1.0])):  # not one number: not a held gate
+        with pytest.raises(ValueError, match=r"results\['eval_return'\] must be one real number"):
+            cur.update(cur.init(TARGET), {"eval_return": bad})
+    assert float(cur.update(cur.init(TARGET), {"eval_return": np.nan}).fraction) == np.float32(0.2)
 
 
 # -- ADR --
@@ -373,9 +377,12 @@ def test_adr_starts_at_a_fraction_of_the_target_around_the_defaults():
 def test_adr_moves_one_boundary_after_buffer_size_entries(mean, direction):
     """Returns at or above t_H (8) at gravity's low boundary widen it by delta * width; at
     or below t_L (2) shrink it, as the paper's Algorithm 1 compares (a mean equal to a
-    threshold held the boundary)."""
+    threshold held the boundary). A shrink starts from the whole target: from the
+    starting range it could not shrink (`test_adr_never_shrinks_past_its_start...`)."""
     cur = _adr()
     state = cur.init(TARGET, defaults=DEFAULTS, num_envs=5, key=jax.random.key(0))
+    if direction > 0:
+        state = state.replace(current=TARGET)
     start = curricula.adr_ranges(state)
     low0 = float(start["gravity"].low)
     # env 0, 1: gravity low; env 2: gravity low without a finished episode; env 3: gravity high
@@ -447,10 +454,37 @@ def test_adr_boundaries_never_leave_the_target_nor_cross():
             _assert_same_leaves(
                 curricula.adr_ranges(state), TARGET
             )  # clipped exactly at the target
-        if mean == -20.0:
-            current = _bounds(curricula.adr_ranges(state))
-            for name in NAMES:  # collapsed to a point, never crossed
-                np.testing.assert_array_equal(current[name][0], current[name][1])
+        if mean == -20.0:  # back to the starting range, never past it
+            _assert_same_leaves(
+                curricula.adr_ranges(state),
+                curricula.adr_ranges(
+                    cur.init(TARGET, defaults=DEFAULTS, num_envs=n, key=jax.random.key(3))
+                ),
+            )
+
+
+@pytest.mark.parametrize("failing", [[G_LOW, G_HIGH], [G_HIGH], [G_LOW]])
+def test_adr_never_shrinks_past_its_start_whichever_boundaries_fail(failing):
+    """A range whose boundaries fail returns to where it started (about the default),
+    not to the point the order of the boundaries picks (low first: its upper edge)."""
+    cur = _adr(buffer_size=1)
+    state = cur.init(TARGET, defaults=DEFAULTS, num_envs=4, key=jax.random.key(0))
+    start = curricula.adr_ranges(state)
+    widened = cur.update(_assign(state, [G_LOW, G_HIGH, -1, -1]), _env_results([9.0] * 4, [1] * 4))
+    g = widened.current["gravity"]
+    assert g.low == pytest.approx(float(start["gravity"].low) - 1.0, abs=1e-5)
+    assert g.high == pytest.approx(float(start["gravity"].high) + 1.0, abs=1e-5)
+    for first in (state, widened):
+        current = first
+        for _ in range(3):
+            assignment = (failing * 4)[:4]
+            current = cur.update(_assign(current, assignment), _env_results([1.0] * 4, [1] * 4))
+        g = curricula.adr_ranges(current)["gravity"]
+        for side, bound in ((G_LOW, g.low), (G_HIGH, g.high)):
+            edge = start["gravity"].low if side == G_LOW else start["gravity"].high
+            if side in failing:
+                assert bound == edge
+        assert g.low <= 9.81 <= g.high  # the default stays inside
 
 
 def test_adr_per_env_ranges_pin_exactly_the_assigned_boundary():
