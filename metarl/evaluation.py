@@ -21,9 +21,11 @@ Deep RL") that apply to continuous context spaces:
   `factor` times the interval about its centre (1.5: a quarter of the interval
   more on each side, gravity 5-15 gives 2.5-5 and 15-17.5; for `LogUniform`, in
   log space: [0.5, 2] becomes [0.35, 2.83]),
-  on the physically valid side (a scale factor of a quantity of either sign,
-  such as a motor's gear, keeps the sign of its interval: a sign flip is
-  another task, not a stronger or weaker motor). A dimension that does not
+  on the physically valid side: above the quantity's lower limit (mass > 0),
+  and, for a quantity of either sign whose training interval does not contain
+  zero (a motor's gear, absolute or a scale), on the same side of zero as that
+  interval (a context across zero, a reversed motor, is another task, not
+  farther along this one). A dimension that does not
   vary in training (`Fixed`, or an interval of zero width) keeps its value in
   every split. A periodic task parameter (an angle: the env declares
   ``task_periods = {name: period}``) is taken outside its interval modulo
@@ -37,10 +39,12 @@ Deep RL") that apply to continuous context spaces:
   geometric for `LogUniform`, per element for per-element intervals, and for a
   `Choice` the trained value nearest it), for heatmaps.
 
-A `Normal` range is taken as its mean +- 2 std (`ContextSpace.intervals`):
-training draws fall beyond that 4.6% of the time, so its extrapolation splits
-(2-3 std out at factor 1.5) are rare in training, not unseen, and its
-interpolation split is uniform over +- 2 std.
+A `Normal` range is taken as its mean +- 2 std (`ContextSpace.intervals`), a
+`TruncatedNormal` as the same clipped to its bounds (whose width may be many
+std: they bound the draws, they are not where the draws lie): training draws
+fall beyond that at most 4.6% of the time, so its extrapolation splits (2-3 std
+out at factor 1.5) are rare in training, not unseen, and its interpolation
+split is uniform over +- 2 std.
 
 A per-element quantity (``per_element=True``) gets one value per element in
 every split but ``grid``, each drawn on its own as training draws it (elements
@@ -48,14 +52,15 @@ of one context may lie on different sides in ``extrapolation``); give the
 builders the env (``env=``) so that they know how many elements a range shared
 by its elements covers. ``grid`` moves all elements of a name together.
 Each context runs `episodes` episodes with the deterministic policy: parallel
-envs each run one trial (the recurrent carry starts fresh per trial).
+envs each run one trial (the recurrent carry starts fresh per trial), so
+`episodes` is a whole number of trials (a multiple of the env's
+``episodes_per_trial``), each episode of a trial counted alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -81,6 +86,14 @@ class ContextSet:
 
     split: str
     values: dict[str, np.ndarray]
+
+    def __post_init__(self):
+        lengths = {n: np.shape(v)[0] if np.ndim(v) else None for n, v in self.values.items()}
+        if len(set(lengths.values())) > 1 or None in lengths.values():
+            raise ValueError(
+                f"context set {self.split!r}: every name needs one value per context, "
+                f"[C, ...] with the same C; got lengths {lengths} (None: not an array)"
+            )
 
     def __len__(self) -> int:
         # An empty space has one context: the env's own physics.
@@ -175,20 +188,20 @@ def _scale(dist) -> tuple[Any, Any]:
 
 def clip_physical(env: ContextualEnv, name: str, dist, lo, hi, values, margin):
     """`values` of `name` (in `_scale` coordinates; `lo`, `hi`: its training interval
-    there) kept `margin` inside what is physical: the quantity's lower limit (mass >
-    0, ...), and a relative scale of a quantity of either sign keeps the sign of its
-    interval (a flipped motor is another task, not a weaker one). A `LogUniform`'s
-    log space has no bound."""
+    there, per element where they are arrays) kept `margin` inside what is physical:
+    the quantity's lower limit (mass > 0, ...), and, for an interval that does not
+    contain zero, the same side of zero (absolute or relative: a gear of 2-20 or of
+    x0.2-2 stays positive, of -20..-2 negative): a context across zero (a reversed
+    motor) is another task, not farther along this one. A `LogUniform`'s log space
+    has no bound."""
     if isinstance(dist, LogUniform):
         return values
     lower = env.binding.lower_limit(name)
-    if lower is None and dist.relative and np.all(lo > 0):
-        lower = 0.0  # a positive scale of a signed quantity stays positive
+    floor = np.where(np.asarray(lo) > 0, 0.0, -np.inf)  # a positive interval stays positive
     if lower is not None:
-        return np.maximum(values, lower + margin)
-    if dist.relative and np.all(hi < 0):
-        return np.minimum(values, -margin)  # a negative one stays negative
-    return values
+        floor = np.maximum(floor, lower)
+    values = np.maximum(values, floor + margin)
+    return np.where(np.asarray(hi) < 0, np.minimum(values, -margin), values)  # negative stays
 
 
 def extrapolation(
@@ -297,16 +310,27 @@ class Evaluator:
     """Runs context sets with a policy; one compilation for every set and segment.
 
     Sets are padded to `max_contexts`, so sets of any size up to it share the
-    compiled function; policies from the same TrainSpace share it too.
+    compiled function; policies from the same TrainSpace share it too. `episodes`
+    per context is a multiple of the env's ``episodes_per_trial`` (k): whole
+    trials are run and all their episodes counted, so that no episode of a trial
+    weighs more in the mean than another (a part trial would count its first
+    episodes, where an adapting agent knows least, more often than its later ones).
     """
 
     def __init__(self, env: ContextualEnv, episodes: int = 4, max_contexts: int = 32):
         if episodes < 1 or max_contexts < 1:
             raise ValueError("episodes and max_contexts must be >= 1")
+        k = env.episodes_per_trial
+        if episodes % k:
+            raise ValueError(
+                f"evaluation episodes={episodes} (eval.episodes in an experiment) is not a "
+                f"multiple of the env's episodes_per_trial={k}: whole trials of {k} episodes "
+                f"are run and every episode counted alike; choose {k}, {2 * k}, {3 * k}, ..."
+            )
         self.env = env
         self.episodes = episodes
         self.max_contexts = max_contexts
-        self.trials = math.ceil(episodes / env.episodes_per_trial)
+        self.trials = episodes // k
         self._run = jax.jit(self._rollout)
         self._elements = {n: shape for n, shape in _draw_shapes(env).items() if shape}
 
@@ -317,11 +341,6 @@ class Evaluator:
         elements, which can pin only one number; training draws every element on its
         own, so evaluation sets each element's value. Always the same structure: one
         compilation for every set."""
-        missing = [n for n in self._elements if n not in values]
-        if missing:
-            raise ValueError(
-                f"a context set must give every per-element name a value; missing {missing}"
-            )
         out = dict(
             self.env.space.pinned({n: v for n, v in values.items() if n not in self._elements})
         )
@@ -332,7 +351,12 @@ class Evaluator:
                     f"context {name!r}: a value of shape {value.shape}; this per-element entry "
                     f"takes one number or one per element, shape {shape}"
                 )
-            out[name] = Fixed(np.broadcast_to(value, shape).copy())
+            trained = self.env.space[name]  # its flags: a value means what a draw means
+            out[name] = Fixed(
+                np.broadcast_to(value, shape).copy(),
+                relative=trained.relative,
+                per_element=trained.per_element,
+            )
         return ContextSpace(out)
 
     def _rollout(self, policy, ranges, key):
@@ -364,7 +388,18 @@ class Evaluator:
         return jax.lax.while_loop(cond, body, init)[3:5]
 
     def evaluate(self, policy, contexts: ContextSet, key: jax.Array) -> EvalResult:
-        """Mean and std of episode returns per context (deterministic for a fixed key)."""
+        """Mean and std of episode returns per context (deterministic for a fixed key).
+
+        `contexts` gives every name of the env's space a value (a name left out would
+        be drawn from the training range, not held out) and no other name."""
+        names = list(self.env.space)
+        missing = [n for n in names if n not in contexts.values]
+        unknown = [n for n in contexts.values if n not in self.env.space]
+        if missing or unknown:
+            raise ValueError(
+                f"context set {contexts.split!r} must give a value to every name of the "
+                f"env's space {names} and no other: missing {missing}, unknown {unknown}"
+            )
         c = len(contexts)
         if not 1 <= c <= self.max_contexts:
             raise ValueError(f"a context set must hold 1..{self.max_contexts} contexts, got {c}")
@@ -372,7 +407,7 @@ class Evaluator:
         spaces = [self._point({n: v[i] for n, v in contexts.values.items()}) for i in idx]
         ranges = jax.tree.map(lambda *x: np.repeat(np.stack(x), self.trials, axis=0), *spaces)
         raw, cut = map(np.asarray, self._run(policy, ranges, key))  # [contexts * trials, k]
-        per_context = raw.reshape(self.max_contexts, -1)[:c, : self.episodes]
+        per_context = raw.reshape(self.max_contexts, -1)[:c]  # [c, trials * k = episodes]
         per_trial = raw.reshape(self.max_contexts, self.trials, -1)[:c]
         with warnings.catch_warnings():  # an episode slot no trial reached stays NaN
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -383,7 +418,7 @@ class Evaluator:
             mean=np.nanmean(per_context, axis=1),
             std=np.nanstd(per_context, axis=1),
             by_episode=by_episode,
-            nonfinite=cut.reshape(self.max_contexts, -1)[:c, : self.episodes],
+            nonfinite=cut.reshape(self.max_contexts, -1)[:c],
         )
 
 

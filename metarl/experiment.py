@@ -211,12 +211,14 @@ def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
         to, back = E._scale(exp.target[name])
         lo, hi = to(float(np.min(lo))), to(float(np.max(hi)))
         centre, half = (lo + hi) / 2, (hi - lo) / 2 * exp.eval.extrapolation_factor
-        axis = np.linspace(centre - half, centre + half, exp.eval.heatmap_points)
-        # the same bounds as the extrapolation splits: physical, and a scale's sign
+        ends = np.array([centre - half, centre + half])
+        # the same bounds as the extrapolation splits: physical, and the side of zero;
+        # the points are spread over the clipped span (clipping the points would pile
+        # those beyond a bound onto it: the same context in several cells)
         if name in exp.env.space:
             margin = 1e-3 * max(half, 1e-3)
-            axis = E.clip_physical(exp.env, name, exp.target[name], lo, hi, axis, margin)
-        axes[name] = back(axis)
+            ends = E.clip_physical(exp.env, name, exp.target[name], lo, hi, ends, margin)
+        axes[name] = back(np.linspace(ends[0], ends[1], exp.eval.heatmap_points))
     return axes
 
 

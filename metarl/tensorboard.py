@@ -123,6 +123,19 @@ def _scalar(value: Any) -> float | None:
         return None
 
 
+def _required_scalar(tag: str, value: Any) -> float:
+    """`_scalar`, refusing what is not one number (an array, even of shape [1], a
+    string, None) with a TypeError naming the tag, rather than leaving a gap in the
+    chart that looks like a value nobody computed."""
+    number = None if isinstance(value, str | bytes) else _scalar(value)
+    if number is None:
+        raise TypeError(
+            f"{tag}: a scalar number is needed, got {type(value).__name__} of shape "
+            f"{np.shape(value)}: {value!r}"
+        )
+    return number
+
+
 def context_units(space: ContextSpace) -> dict[str, str]:
     """Units of each name of `space`: "x default" if relative, a quantity's units (an
     element's, e.g. ``mass[torso]``, are its quantity's), or ""."""
@@ -283,9 +296,10 @@ class RunLogger:
         }
 
     def _add(self, tag: str, value: Any, step: int) -> None:
-        if (value := _scalar(value)) is not None:
-            self._last_step = max(self._last_step, int(step))
-            self._writer.add_scalar(tag, value, int(step))
+        """Writes one scalar; a value that is not one number raises TypeError."""
+        value = _required_scalar(tag, value)
+        self._last_step = max(self._last_step, int(step))
+        self._writer.add_scalar(tag, value, int(step))
 
     def log_train(
         self,
@@ -301,7 +315,7 @@ class RunLogger:
         the whole program's (all seeds together), which the caller passes, per run, as
         the two arguments."""
         for name, value in metrics.items():
-            if name not in PROGRAM_TIMINGS:
+            if name not in PROGRAM_TIMINGS and _scalar(value) is not None:
                 self._add(train_tag(name), value, step)
         if env_steps_per_sec is not None:
             self._add(ENV_STEPS_PER_SEC, env_steps_per_sec, step)
@@ -337,7 +351,8 @@ class RunLogger:
         """eval/<split>/return (and return_std) per split, eval/generalization_gap
         (`gap`), eval/interpolation_gap, eval/<split>/episode_<i>/return for
         `by_episode[split][i - 1]` (trials of several episodes), and
-        eval/<split>/nonfinite_episodes (`nonfinite`: episodes cut for NaN/inf physics)."""
+        eval/<split>/nonfinite_episodes (`nonfinite`: episodes cut for NaN/inf physics).
+        Every value is one number (NaN and inf are written); any other raises TypeError."""
         for split, value in returns.items():
             self._add(eval_return_tag(split), value, step)
         for split, value in (nonfinite or {}).items():
@@ -411,7 +426,8 @@ class RunLogger:
             f.unlink()
 
     def log_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
-        """Scalars under the given tags (cleaned); NaN and inf are written as they are."""
+        """Scalars under the given tags (cleaned); NaN and inf are written as they are,
+        a value that is not one number (an array, even of shape [1]) raises TypeError."""
         for tag, value in scalars.items():
             self._add(clean_tag(tag), value, step)
 

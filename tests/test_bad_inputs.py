@@ -312,12 +312,12 @@ ROWS = [
     # -- env calls --
     ("reset(0)", lambda: env().reset(0), TypeError, "PRNG key"),
     (
-        "jitted reset with another kind",
+        "jitted reset with other flags",
         lambda: jax.jit(env().reset)(
             jax.random.key(0), C.ContextSpace({"gravity": C.Scale(0.5, 1.5)})
         ),
         ValueError,
-        "kind and flags",
+        "must keep the flags relative=False",
     ),
     (
         "reset with other names",

@@ -10,7 +10,7 @@ import pytest
 from metarl import contexts as C
 from metarl import evaluation as E
 from metarl import tensorboard as L
-from metarl.envs import make_contextual
+from metarl.envs import TRIAL, make_contextual
 from metarl.envs.toy import Puck
 
 # Per-element intervals that differ: cart x0.5-1, pole x2-4 (no single value fits both).
@@ -133,15 +133,18 @@ def test_a_two_point_log_uniform_heatmap_outlines_its_training_box_in_log_space(
     assert (box.get_x(), box.get_x() + box.get_width()) == pytest.approx((1 / 6, 5 / 6))
 
 
-def test_a_scale_of_a_signed_quantity_keeps_its_sign():
+@pytest.mark.parametrize("kind", [C.Scale, C.Uniform])
+def test_a_signed_quantity_keeps_the_side_of_zero_of_its_interval(kind):
     """actuator_gain may be negative (a reversed motor), but x0.2-2 extrapolates to weaker
-    motors of the same sign, not through 0 (the motor off) to reversed ones."""
+    motors of the same sign, not through 0 (the motor off) to reversed ones; so does an
+    absolute gear of 2-20 (its low side reached -2.5, 54% of it reversed motors)."""
+    f = 1.0 if kind is C.Scale else 10.0
     for lo, hi, side in ((0.2, 2.0, "low"), (-2.0, -0.2, "high")):
-        space = C.ContextSpace({"actuator_gain": C.Scale(lo, hi)})
+        space = C.ContextSpace({"actuator_gain": kind(f * lo, f * hi)})
         env = make_contextual("inverted_pendulum", space)
         values = E.extrapolation(env, space, 200, side=side).values["actuator_gain"]
         assert np.all(np.sign(values) == np.sign(lo)), (lo, hi, values.min(), values.max())
-        assert np.all((values < lo) if side == "low" else (values > hi))
+        assert np.all((values < f * lo) if side == "low" else (values > f * hi))
 
 
 def test_a_dimension_that_does_not_vary_keeps_its_value_in_every_split():
@@ -179,6 +182,25 @@ def test_a_choice_value_of_probability_zero_is_not_trained_on():
     assert high.min() > 1.0 and high.max() <= 1.125 + 1e-6  # factor 1.5 about 0.75
 
 
+def test_a_truncated_normal_is_held_out_where_its_draws_lie():
+    """TruncatedNormal(1, 0.1, 0.05, 5) draws within 1 +- 0.45; its interval was its
+    bounds 0.05-5, so 72% of "interpolation" lay beyond any training draw. It is its
+    mean +- 2 std clipped to its bounds, as a Normal's is (unclipped)."""
+    space = C.ContextSpace(
+        {
+            "mass": C.TruncatedNormal(1.0, 0.1, 0.05, 5.0, relative=True),
+            "inertia": C.TruncatedNormal(1.0, 0.1, 0.9, 5.0, relative=True),  # clipped low
+        }
+    )
+    iv = {n: tuple(map(float, v)) for n, v in space.intervals().items()}
+    assert iv == {"mass": pytest.approx((0.8, 1.2)), "inertia": pytest.approx((0.9, 1.2))}
+    inside = E.interpolation(space, 200).values["mass"]
+    assert np.all((inside >= 0.8 - 1e-6) & (inside <= 1.2 + 1e-6))
+    env = make_contextual("inverted_pendulum", space)
+    high = E.extrapolation(env, space, 100, side="high").values["mass"]
+    assert np.all((high > 1.2) & (high <= 1.3 + 1e-6))  # 2-3 std out, as for a Normal
+
+
 def test_the_grid_holds_other_names_at_a_trained_centre():
     """Names off the heatmap's axes sit at their centre: each element at its own
     interval's (cart x0.75, pole x3; both were pinned to x2.25, outside the cart's
@@ -207,6 +229,20 @@ def test_the_heatmap_keeps_a_scales_sign_as_the_extrapolation_splits_do():
     axis = _heatmap_axes(target)["actuator_gain"]
     assert np.all(axis > 0), axis
     assert axis.max() == pytest.approx(2.475)  # the high side is unchanged: 1.05 + 1.425
+
+
+def test_heatmap_points_are_spread_over_the_physical_span_all_distinct():
+    """mass x0.05-1.95 widened by 1.5 reaches x-0.425: its points below 0 were each
+    clipped to x0.0014, one context in several cells (72 distinct of 9 x 9). The points
+    now span x0.0014-2.425 evenly; an absolute gear of 2-20 stays above 0 too."""
+    target = C.ContextSpace({"mass": C.Scale(0.05, 1.95), "actuator_gain": C.Uniform(2.0, 20.0)})
+    axes = _heatmap_axes(target, points=9)
+    for name, top in (("mass", 2.425), ("actuator_gain", 24.5)):
+        axis = axes[name]
+        assert len(np.unique(axis)) == 9 and 0 < axis[0] < 0.02 * top, (name, axis)
+        np.testing.assert_allclose(np.diff(axis), (top - axis[0]) / 8, rtol=1e-6)
+    grid = E.grid(target, axes).values
+    assert len(set(zip(grid["mass"].tolist(), grid["actuator_gain"].tolist()))) == 81
 
 
 def test_interpolating_a_relative_choice_never_switches_the_quantity_off():
@@ -277,6 +313,69 @@ def test_the_evaluator_counts_episodes_cut_by_non_finite_physics():
     assert result.nonfinite.shape == (3, 3)
     np.testing.assert_array_equal(result.nonfinite.sum(1), [0, 3, 0])
     assert np.all(np.isfinite(result.returns))  # cut, not NaN
+
+
+@flax.struct.dataclass
+class _PushFirst:
+    """Pushes +1 in a trial's first episode and -1 in its later ones: a policy whose
+    episodes of a trial differ, as an adapting agent's do."""
+
+    def init_carry(self, n):
+        return jnp.zeros((n,), jnp.int32)
+
+    def __call__(self, obs, carry):
+        return jnp.where(carry[:, None] == 0, 1.0, -1.0), carry
+
+    def observe(self, carry, action, state):
+        return state.info[TRIAL].episode
+
+
+def test_the_evaluator_runs_whole_trials_and_counts_every_episode_alike():
+    """Trials of 3 episodes: episodes=4 ran two trials and averaged 4 of their 6
+    episodes, the first of a trial twice (a mean of -0.05 where a trial's is -10.4).
+    A number of episodes that is not whole trials is refused, by the evaluator and
+    so by an experiment's eval config; 6 counts both trials whole."""
+    from metarl import experiment
+    from metarl.agents import ppo
+
+    space = C.ContextSpace({"mass": C.Scale(0.9, 1.1)})
+    env = make_contextual(Puck(), space, episode_length=20, episodes_per_trial=3)
+    for episodes in (1, 2, 4, 5):
+        with pytest.raises(
+            ValueError, match=f"episodes={episodes} .*episodes_per_trial=3.*3, 6, 9"
+        ):
+            E.Evaluator(env, episodes=episodes)
+    config = ppo.PPOConfig(num_envs=8, num_minibatches=1, unroll_length=4)
+    exp = experiment.Experiment(env, space, None, config, experiment.EvalConfig(episodes=2))
+    with pytest.raises(ValueError, match=r"episodes=2 \(eval.episodes.*3, 6, 9"):
+        experiment.compile_experiment(exp)
+    contexts = E.ContextSet("train", {"mass": np.ones(1, np.float32)})
+    result = E.Evaluator(env, episodes=6, max_contexts=1).evaluate(
+        _PushFirst(), contexts, jax.random.key(0)
+    )
+    assert result.returns.shape == (1, 6)
+    assert result.returns[0, 0] > 0 > result.returns[0, 1]  # the episodes of a trial differ
+    np.testing.assert_allclose(result.mean, result.by_episode.mean(1), rtol=1e-5)
+
+
+def test_a_context_set_gives_every_name_one_value_per_context():
+    """A set that left out a name of the env's space ran it drawn from its training
+    range (not held out), and values of unequal lengths were cut to the first's:
+    both raise, naming the names and the lengths."""
+    with pytest.raises(ValueError, match=r"lengths \{'mass': 3, 'actuator_gain': 2\}"):
+        E.ContextSet("train", {"mass": np.ones(3), "actuator_gain": np.ones(2)})
+    space = C.ContextSpace({"mass": C.Scale(0.5, 2.0), "actuator_gain": C.Scale(0.5, 2.0)})
+    evaluator = E.Evaluator(make_contextual(Puck(), space, episode_length=20), 1, 2)
+    ones = np.ones(2, np.float32)
+    for values, match in (
+        ({"mass": ones}, r"missing \['actuator_gain'\], unknown \[\]"),
+        (
+            {"mass": ones, "actuator_gain": ones, "gravity": ones},
+            r"missing \[\], unknown \['gravity'\]",
+        ),
+    ):
+        with pytest.raises(ValueError, match=match):
+            evaluator.evaluate(_Push(), E.ContextSet("x", values), jax.random.key(0))
 
 
 def test_per_element_held_out_sets_draw_every_element_on_its_own():

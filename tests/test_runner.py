@@ -514,7 +514,9 @@ def test_seed_k_of_a_batched_run_equals_the_single_run_with_that_seed(exp):
 def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path, monkeypatch):
     trials = make_contextual("inverted_pendulum", TARGET, episode_length=25, episodes_per_trial=2)
     drawn = _heatmaps(monkeypatch)
-    rows = _run(replace(exp, env=trials), None, tmp_path, 1, num_seeds=2)
+    rows = _run(
+        replace(exp, env=trials, eval=replace(exp.eval, episodes=2)), None, tmp_path, 1, num_seeds=2
+    )
     # each seed's heatmap and the aggregate's outline the ranges trained on
     assert {d[0] for d in drawn} == {"seed_0", "seed_1", "aggregate"}
     _check_heatmap_boxes(exp, drawn)

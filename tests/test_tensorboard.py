@@ -128,6 +128,38 @@ def test_scalars_values_and_steps(run):
         np.testing.assert_allclose([v for _, v in got[tag]], [v for _, v in points], rtol=1e-6)
 
 
+def test_eval_and_custom_scalars_refuse_what_is_not_one_number(tmp_path):
+    """log_eval and log_scalars skipped an array (even of shape [1]) or a non-number
+    without a word, a gap in the chart that reads as a split never evaluated; they
+    raise now, naming the tag and shape. Only log_train's metrics skip arrays, as
+    documented (run_train's per-env sums)."""
+    with L.RunLogger(tmp_path, ["gravity"]) as log:
+        calls = {
+            r"eval/custom: .*ndarray of shape \(1,\)": lambda: log.log_scalars(
+                1, {"eval/custom": np.array([7.0])}
+            ),
+            r"eval/train/return: .*shape \(1,\)": lambda: log.log_eval(
+                1, {"train": np.array([5.0])}
+            ),
+            r"eval/train/return_std: .*shape \(2,\)": lambda: log.log_eval(
+                1, {}, stds={"train": np.ones(2)}
+            ),
+            r"eval/train/episode_1/return: .*shape \(1,\)": lambda: log.log_eval(
+                1, {}, by_episode={"train": [[1.0], [2.0]]}
+            ),
+            r"eval/generalization_gap: .*shape \(1,\)": lambda: log.log_eval(
+                1, {}, gap=np.array([1.0])
+            ),
+            r"eval/str: .*str": lambda: log.log_scalars(1, {"eval/str": "8"}),
+        }
+        for match, call in calls.items():
+            with pytest.raises(TypeError, match=match):
+                call()
+        log.log_train(1, {"episode_return": 1.0, "per_env": np.ones(4)})
+        log.log_scalars(1, {"eval/ok": np.float32(9.0), "eval/nan": float("nan")})
+    assert set(L.read_scalars(tmp_path)) == {"train/return", "eval/ok", "eval/nan"}
+
+
 def test_tag_functions_match_scheme():
     assert L.train_tag("episode_return") == L.TRAIN_RETURN == "train/return"
     assert L.range_tags("mass") == ("curriculum/mass/low", "curriculum/mass/high")

@@ -172,8 +172,8 @@ class ContextualEnv(Env):
             ranges = self.space
         elif all(not isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(ranges)):
             ranges = self.binding.check_ranges(ranges)  # concrete: validate as set_ranges does
-        else:  # traced: kinds, flags and shapes are still known (numbers are not)
-            ranges = self.space.check_compatible(ranges)
+        else:  # traced (the evaluator pins values with Fixed): names and flags still known
+            ranges = self.space.check_meaning(ranges)
         key = (
             rng
             if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
