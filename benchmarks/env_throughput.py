@@ -75,12 +75,12 @@ class Config:
     out: str | None = None  # path stem for the .json / .png results
 
 
-def _space(sys) -> C.ContextSpace:
+def _space(sys, backend: str) -> C.ContextSpace:
     """Gravity, per-body mass and, where some geom collides, per-geom friction (every
     geom of inverted_pendulum has contype 0: its friction would change nothing, and
     metarl refuses it)."""
     entries = {"gravity": C.Scale(*GRAVITY), "mass": C.Scale(*MASS, per_element=True)}
-    if QUANTITIES["friction"].live(sys).any():
+    if QUANTITIES["friction"].live(sys, backend).any():
         entries["friction"] = C.Scale(*FRICTION, per_element=True)
     return C.ContextSpace(entries)
 
@@ -187,7 +187,7 @@ def _build(label: str, name: str, n: int, cfg: Config):
         raise ValueError(f"unknown variant {label!r}")
     ctx = make_contextual(
         name,
-        _space(brax_envs.get_environment(name, **kwargs).sys),
+        _space(brax_envs.get_environment(name, **kwargs).sys, kwargs.get("backend", "generalized")),
         episode_length=1000,
         reset_chunk=cfg.reset_chunk,
         reset_strategy=strategy,

@@ -1,5 +1,7 @@
 """Distributions and ContextSpace: sampling properties and every bad-input case."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import mujoco
@@ -104,6 +106,89 @@ def test_actuator_kp_writes_only_the_position_servos():
         assert (new_gain[0, 0], new_bias[0, 1]) == (kp, -kp)
     with pytest.raises(ValueError, match="actuators vel would not change"):
         C.bind(C.ContextSpace({"actuator_kp[vel]": C.Fixed(1.0)}), model, "mjx")
+
+
+def _model(xml: str):
+    from mujoco import mjx
+
+    return mjx.put_model(mujoco.MjModel.from_xml_string(xml))
+
+
+def _applied(xml: str, name: str, value: float):
+    binding = C.bind(C.ContextSpace({name: C.Fixed(value)}), _model(xml), "mjx")
+    return binding.apply(binding.sample(jax.random.key(0)))
+
+
+def test_actuator_kd_writes_a_velocity_servos_kv_where_mujoco_holds_it():
+    """<velocity kv> holds kv in gainprm[0] and -biasprm[2]; <position kv> in
+    biasprm[2] alone: kd applied gives the fields MuJoCo compiles from the XML."""
+    for name, old, new in (
+        ("actuator_kd[vel]", 'kv="5"', 'kv="2"'),
+        ("actuator_kd[pos]", 'kp="10"/>', 'kp="10" kv="2"/>'),
+    ):
+        sys = _applied(SERVOS, name, 2.0)
+        truth = mujoco.MjModel.from_xml_string(SERVOS.replace(old, new, 1))
+        np.testing.assert_allclose(np.asarray(sys.actuator_gainprm), truth.actuator_gainprm)
+        np.testing.assert_allclose(np.asarray(sys.actuator_biasprm), truth.actuator_biasprm)
+
+
+THRUSTER = """<mujoco><worldbody><body name="b"><freejoint/><geom size="0.1" mass="1"/>
+ <site name="s"/></body></worldbody>
+ <actuator><motor name="up" site="s" gear="0 0 GEAR 0 0 0"/></actuator></mujoco>"""
+
+
+def test_actuator_gain_scales_a_site_actuators_whole_gear_vector():
+    """A site actuator's gear is a 6-vector (here a thrust along z): the gain is its
+    length and scales it, as gear="0 0 2 0 0 0" in the XML does."""
+    sys = _applied(THRUSTER.replace("GEAR", "1"), "actuator_gain", 2.0)
+    truth = mujoco.MjModel.from_xml_string(THRUSTER.replace("GEAR", "2"))
+    np.testing.assert_array_equal(np.asarray(sys.actuator_gear), truth.actuator_gear)
+    binding = C.bind(
+        C.ContextSpace({"actuator_gain": C.Uniform(-4.0, -2.0)}),
+        _model(THRUSTER.replace("GEAR", "-3")),
+        "mjx",
+    )
+    assert float(binding.default_context()["actuator_gain"]) == -3.0
+
+
+BOX = """<mujoco><option><flag FLAG/></option><worldbody>
+ <geom name="floor" type="plane" size="1 1 0.1" FLOOR/>
+ <body name="box" pos="0 0 0.1"><joint name="x" type="slide" axis="1 0 0" frictionloss="0.1"/>
+  <geom name="box" type="box" size="0.1 0.1 0.1" mass="1" BOX/></body>
+</worldbody><actuator><motor joint="x"/></actuator></mujoco>"""
+
+
+@pytest.mark.parametrize(
+    "flag, floor, box, name, message",
+    [
+        ('contact="disable"', "", "", "friction", "geoms floor, box would not change"),
+        ('constraint="disable"', "", "", "friction", "geoms floor, box would not change"),
+        ('contact="disable"', "", "", "geom_size", "no element of this model can take it"),
+        ("", 'condim="1"', 'condim="1"', "friction", "geoms floor, box would not change"),
+        ("", 'priority="1"', "", "friction[box]", "geoms box would not change"),
+        ('gravity="disable"', "", "", "gravity", "switches gravity off"),
+        ('frictionloss="disable"', "", "", "frictionloss", "dofs x would not change"),
+        ('damper="disable"', "", "", "viscosity", "springs or dampers off"),
+    ],
+)
+def test_a_context_the_models_flags_or_contact_rules_never_read_is_refused(
+    flag, floor, box, name, message
+):
+    """MJX honours <flag> switches, condim and geom priority: a context those make a
+    no-op is refused at bind time, not simulated silently."""
+    model = _model(BOX.replace("FLAG", flag).replace("FLOOR", floor).replace("BOX", box))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        C.bind(C.ContextSpace({name: C.Scale(0.5, 2.0)}), model, "mjx")
+    if flag == "" and floor == 'priority="1"':  # the floor's own friction is read
+        C.bind(C.ContextSpace({"friction[floor]": C.Scale(0.5, 2.0)}), model, "mjx")
+
+
+def test_geom_size_is_refused_where_a_geom_collides_with_a_height_field():
+    xml = """<mujoco><asset><hfield name="h" nrow="3" ncol="3" size="1 1 0.1 0.1"/></asset>
+     <worldbody><geom type="hfield" hfield="h"/><body pos="0 0 0.5"><freejoint/>
+     <geom name="ball" size="0.05" mass="1"/></body></worldbody></mujoco>"""
+    with pytest.raises(ValueError, match="height field"):
+        C.bind(C.ContextSpace({"geom_size": C.Scale(0.5, 2.0)}), _model(xml), "mjx")
 
 
 @settings(max_examples=40, deadline=None)

@@ -216,7 +216,7 @@ def _placeholders(env, backend):
         q = QUANTITIES[n]
         default = np.asarray(q.default(env.sys))
         if q.live is not None:
-            live = np.asarray(q.live(env.sys))
+            live = np.asarray(q.live(env.sys, backend))
             if not live.any():
                 continue
             default = default[live]

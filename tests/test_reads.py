@@ -44,7 +44,7 @@ def _canonical_entries(backend, env_sys):
         if problem:  # hopper's spring_mass_scale / spring_inertia_scale are 1; no contact pairs
             skip[name] = problem
             continue
-        live = np.asarray(q.live(env_sys)) if q.live is not None else np.ones(1, bool)
+        live = np.asarray(q.live(env_sys, backend)) if q.live is not None else np.ones(1, bool)
         if not live.any() or (not q.skip_dead and not live.all()):
             # hopper loads no frictionloss and no position servos: tests/test_model_envs.py
             # perturbs these on an MJCF that has them (friction, geom_size, stiffness: the

@@ -59,9 +59,10 @@ class Quantity:
       requires: extra check (sys, backend) -> error message or None.
       prepare: (sys, backend) -> sys, run once at bind time, before the default is read
         (switches, aligning a copy only some backends read, ...).
-      live: sys -> bool mask of the elements the physics reads at all (None: all).
-        MJX builds some constraint rows only where the loaded value is nonzero,
-        a geom that collides with nothing has no contact to read its friction;
+      live: (sys, backend) -> bool mask of the elements the physics reads at all
+        (None: all). MJX builds some constraint rows only where the loaded value is
+        nonzero, a geom that collides with nothing has no contact to read its
+        friction, a model's <flag> can switch contacts or constraints off;
         varying such an element would be a silent no-op, so naming it is refused.
       dead_hint: why an element is not live, for that error.
       skip_dead: what an entry that names no elements means when some are not
@@ -82,7 +83,7 @@ class Quantity:
     unsupported_hint: str = ""
     requires: Callable[[System, str], str | None] = lambda sys, backend: None
     prepare: Callable[[System, str], System] = lambda sys, backend: sys
-    live: Callable[[System], np.ndarray] | None = None
+    live: Callable[[System, str], np.ndarray] | None = None
     dead_hint: str = ""
     skip_dead: bool = False
 
@@ -112,6 +113,15 @@ def _gravity_apply(sys, g):
     if _brax(sys):  # a plain mjx.Model has only the MuJoCo copy
         fields["gravity"] = brax
     return sys.tree_replace(fields)
+
+
+def _gravity_check(sys, backend):
+    if backend == "mjx" and _disabled(sys, mujoco.mjtDisableBit.mjDSBL_GRAVITY):
+        return (
+            "'gravity' changes nothing here: the model switches gravity off "
+            '(<flag gravity="disable"/>), which MJX honours'
+        )
+    return None
 
 
 # ---- mass: per body (world excluded); inertia and inverse weights follow ----
@@ -214,7 +224,7 @@ def _dof_field(brax_path, mjx_field):
     return default, apply
 
 
-def _springy_joints(sys) -> np.ndarray:
+def _springy_joints(sys, backend) -> np.ndarray:
     """Hinge and slide joints: the only ones whose stiffness every backend reads alike."""
     kind = np.asarray(sys.jnt_type)
     return (kind == _HINGE) | (kind == _SLIDE)
@@ -227,24 +237,81 @@ def _stiffness_apply(sys, v):
     return sys.tree_replace(fields)
 
 
+def _gain_default(sys):
+    """An actuator's gain: the length of its gear row, signed as its first nonzero
+    component (a joint's or tendon's gear[0]; a site's or ball joint's gear vector)."""
+    gear = np.asarray(sys.actuator_gear, np.float64)
+    first = gear[np.arange(gear.shape[0]), np.argmax(gear != 0, axis=1)]
+    return _f32(np.sign(first) * np.linalg.norm(gear, axis=1))
+
+
 def _gain_apply(sys, v):
-    fields = {"actuator_gear": sys.actuator_gear.at[:, 0].set(v)}
+    """The whole gear row scaled to gain `v` (its direction kept); a row of zeros
+    takes `v` as gear[0]."""
+    g0 = _gain_default(sys)
+    ratio = jnp.where(g0 != 0, v / jnp.where(g0 != 0, g0, 1.0), 0.0)
+    gear = jnp.where(
+        (g0 != 0)[:, None], sys.actuator_gear * ratio[:, None], sys.actuator_gear.at[:, 0].set(v)
+    )
+    fields = {"actuator_gear": gear}
     if _brax(sys):
         fields["actuator.gear"] = v
     return sys.tree_replace(fields)
 
 
 # ---- which geoms a contact, a tendon or a sensor reads ----
-def _colliding(sys) -> np.ndarray:
-    """Geoms that can collide with a geom of another body by MuJoCo's rule
-    (contype_i & conaffinity_j) | (contype_j & conaffinity_i), which MJX's collision
-    driver applies for every backend (Brax's own pipelines call it). Parent-child
-    filtering and <exclude> are ignored, so a geom may be live that never touches."""
+def _disabled(sys, flag: mujoco.mjtDisableBit) -> bool:
+    """Whether the model's <option><flag> switches `flag` off."""
+    return bool(int(sys.opt.disableflags) & int(flag))
+
+
+def _no_contacts(sys, backend) -> bool:
+    """No contact force at all: contacts off (MJX's collision driver, which every
+    backend calls, then finds none), or on mjx the constraint solver off."""
+    return _disabled(sys, mujoco.mjtDisableBit.mjDSBL_CONTACT) or (
+        backend == "mjx" and _disabled(sys, mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
+    )
+
+
+def _can_collide(sys) -> np.ndarray:
+    """[ngeom, ngeom]: geoms of different bodies that MuJoCo's rule
+    (contype_i & conaffinity_j) | (contype_j & conaffinity_i) lets collide, which
+    MJX's collision driver applies for every backend (Brax's own pipelines call
+    it). Parent-child filtering and <exclude> are ignored, so a geom may be live
+    that never touches."""
     contype = np.asarray(sys.geom_contype)
     conaffinity = np.asarray(sys.geom_conaffinity)
     weld = np.asarray(sys.body_weldid)[np.asarray(sys.geom_bodyid)]
     can = (contype[:, None] & conaffinity[None, :]) | (contype[None, :] & conaffinity[:, None])
-    return ((can != 0) & (weld[:, None] != weld[None, :])).any(axis=1)
+    return (can != 0) & (weld[:, None] != weld[None, :])
+
+
+def _colliding(sys, backend) -> np.ndarray:
+    """Geoms in some contact by contype/conaffinity, where contacts act at all."""
+    if _no_contacts(sys, backend):
+        return np.zeros(sys.ngeom, bool)
+    return _can_collide(sys).any(axis=1)
+
+
+def _rubbing(sys, backend) -> np.ndarray:
+    """Geoms whose friction some contact reads: MJX's collision driver gives a
+    contact the friction of its higher-priority geom (the larger of the two at
+    equal priority) on every backend, and on mjx a contact of dimension 1 (the
+    condim of the higher-priority geom, or the larger one) is frictionless."""
+    if _no_contacts(sys, backend):
+        return np.zeros(sys.ngeom, bool)
+    priority = np.asarray(sys.geom_priority)
+    read = _can_collide(sys) & (priority[:, None] >= priority[None, :])
+    if backend == "mjx":
+        condim = np.asarray(sys.geom_condim)
+        mine, theirs = priority[:, None], priority[None, :]
+        dim = np.where(
+            mine > theirs,
+            condim[:, None],
+            np.where(mine < theirs, condim[None, :], np.maximum(condim[:, None], condim[None, :])),
+        )
+        read &= dim > 1
+    return read.any(axis=1)
 
 
 def _paired(sys) -> np.ndarray:
@@ -255,10 +322,19 @@ def _paired(sys) -> np.ndarray:
     return live
 
 
-def _touching(sys) -> np.ndarray:
+def _touching(sys, backend) -> np.ndarray:
     """Geoms in some contact: by contype/conaffinity or in an explicit pair (Brax
     reads both geoms' elasticity for every contact, a pair's too)."""
-    return _colliding(sys) | _paired(sys)
+    if _no_contacts(sys, backend):
+        return np.zeros(sys.ngeom, bool)
+    return _colliding(sys, backend) | _paired(sys)
+
+
+def _pairs_read(sys, backend) -> np.ndarray:
+    """Explicit pairs whose friction a contact reads: contacts on, dimension > 1."""
+    if _no_contacts(sys, backend):
+        return np.zeros(sys.npair, bool)
+    return np.asarray(sys.pair_dim) > 1
 
 
 _WRAP_GEOMS = (int(mujoco.mjtWrap.mjWRAP_SPHERE), int(mujoco.mjtWrap.mjWRAP_CYLINDER))
@@ -273,13 +349,13 @@ _SIZELESS = tuple(
 )
 
 
-def _sized(sys) -> np.ndarray:
+def _sized(sys, backend) -> np.ndarray:
     """Geoms whose size the simulation reads: in a contact (not a plane, mesh or
     height field), wrapped by a spatial tendon, or any geom when a rangefinder
     casts rays."""
     if np.any(np.asarray(sys.sensor_type) == _RANGEFINDER):
         return np.ones(sys.ngeom, bool)
-    live = _touching(sys) & ~np.isin(np.asarray(sys.geom_type), _SIZELESS)
+    live = _touching(sys, backend) & ~np.isin(np.asarray(sys.geom_type), _SIZELESS)
     wraps = np.isin(np.asarray(sys.wrap_type), _WRAP_GEOMS)
     live[np.asarray(sys.wrap_objid)[wraps]] = True
     return live
@@ -287,8 +363,24 @@ def _sized(sys) -> np.ndarray:
 
 _NO_CONTACT = (
     "it can collide with no geom of another body by MuJoCo's contype/conaffinity rule "
-    "((contype_i & conaffinity_j) or (contype_j & conaffinity_i))"
+    "((contype_i & conaffinity_j) or (contype_j & conaffinity_i)), or the model switches "
+    'contacts off (<flag contact="disable"/>, or constraint="disable" on mjx)'
 )
+_HFIELD = int(mujoco.mjtGeom.mjGEOM_HFIELD)
+
+
+def _hfield_check(sys, backend):
+    """MJX clips the terrain patch it tests a geom against to a bound computed from
+    the loaded sizes (`Model._impl.geom_rbound_hfield`, a constant of the compiled
+    program), so a geom grown past it would sink through a height field."""
+    hfield = np.asarray(sys.geom_type) == _HFIELD
+    if hfield.any() and (_can_collide(sys)[:, hfield].any() or _paired(sys)[hfield].any()):
+        return (
+            "'geom_size' is not supported on a model with a height field that geoms collide "
+            "with: MJX sizes the terrain patch it tests from the loaded geom sizes (a constant "
+            "of the compiled program), so a larger geom would sink through the terrain"
+        )
+    return None
 
 
 def _gear_read_by(sys, backend):
@@ -317,6 +409,14 @@ def _enable_fluid(sys, backend):
 
 
 def _fluid_check(sys, backend):
+    if _disabled(sys, mujoco.mjtDisableBit.mjDSBL_SPRING) or _disabled(
+        sys, mujoco.mjtDisableBit.mjDSBL_DAMPER
+    ):
+        return (
+            "'viscosity' and 'density' act through MuJoCo's passive forces, which MJX skips "
+            "entirely (fluid forces included) when the model switches springs or dampers off "
+            '(<flag spring="disable"/> or damper="disable")'
+        )
     if int(sys.opt.integrator) == int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST):
         return (
             "'viscosity' and 'density' switch MuJoCo's fluid model on, which MJX does not "
@@ -369,7 +469,7 @@ def _servo_mask(sys, xp):
     return affine & (bias[:, 1] != 0) & (bias[:, 1] == -gain[:, 0])
 
 
-def _position_servos(sys) -> np.ndarray:
+def _position_servos(sys, backend) -> np.ndarray:
     return _servo_mask(sys, np)
 
 
@@ -391,7 +491,16 @@ def _kp_apply(sys, kp):
 
 
 def _kd_apply(sys, kd):
-    return sys.tree_replace({"actuator_biasprm": sys.actuator_biasprm.at[:, 2].set(-kd)})
+    """kd into biasprm[2]; a velocity servo (MuJoCo's <velocity kv>: biasprm[1] = 0,
+    biasprm[2] = -gainprm[0] = -kv) holds kv in gainprm[0] too."""
+    gain, bias = sys.actuator_gainprm, sys.actuator_biasprm
+    velocity = (bias[:, 1] == 0) & (bias[:, 2] != 0) & (bias[:, 2] == -gain[:, 0])
+    return sys.tree_replace(
+        {
+            "actuator_biasprm": bias.at[:, 2].set(-kd),
+            "actuator_gainprm": gain.at[:, 0].set(jnp.where(velocity, kd, gain[:, 0])),
+        }
+    )
 
 
 def _pairs_check(sys, backend):
@@ -420,7 +529,13 @@ _viscosity = _fluid_field("viscosity")
 _density = _fluid_field("density")
 
 QUANTITIES: dict[str, Quantity] = {
-    "gravity": Quantity(units="m/s^2", elements="", default=_gravity_default, apply=_gravity_apply),
+    "gravity": Quantity(
+        units="m/s^2",
+        elements="",
+        default=_gravity_default,
+        apply=_gravity_apply,
+        requires=_gravity_check,
+    ),
     "mass": Quantity(
         units="kg",
         elements="bodies",
@@ -443,9 +558,11 @@ QUANTITIES: dict[str, Quantity] = {
         elements="geoms",
         default=lambda sys: _f32(sys.geom_friction[:, 0]),
         apply=lambda sys, v: sys.tree_replace({"geom_friction": sys.geom_friction.at[:, 0].set(v)}),
-        live=_colliding,
-        dead_hint=f"{_NO_CONTACT}, so no contact reads its friction (a contact of an explicit "
-        "<contact><pair> takes its friction from the pair: vary 'pair_friction' on mjx)",
+        live=_rubbing,
+        dead_hint=f"{_NO_CONTACT}, or every contact it makes takes its partner's friction (a "
+        "higher geom priority) or, on mjx, is frictionless (condim 1), so no contact reads its "
+        "friction (a contact of an explicit <contact><pair> takes its friction from the pair: "
+        "vary 'pair_friction' on mjx)",
         skip_dead=True,
     ),
     "damping": Quantity(
@@ -480,7 +597,7 @@ QUANTITIES: dict[str, Quantity] = {
     "actuator_gain": Quantity(
         units="gear",
         elements="actuators",
-        default=lambda sys: _f32(sys.actuator_gear[:, 0]),
+        default=_gain_default,
         apply=_gain_apply,
         lower=None,
         prepare=_gear_read_by,
@@ -493,6 +610,7 @@ QUANTITIES: dict[str, Quantity] = {
         strict=True,
         absolute=False,
         live=_sized,
+        requires=_hfield_check,
         dead_hint=f"it is a plane (infinite in collisions), a mesh or a height field (which "
         f"collide through their mesh or hfield data), or {_NO_CONTACT}, is in no explicit "
         "<contact><pair>, wraps no tendon and no rangefinder sees it: nothing in the "
@@ -533,9 +651,14 @@ QUANTITIES: dict[str, Quantity] = {
         apply=lambda sys, v: sys.tree_replace({"dof_frictionloss": v}),
         backends=_MJX,
         unsupported_hint=_MJX_HINT,
-        live=lambda sys: np.asarray(sys.dof_frictionloss) > 0,
+        live=lambda sys, backend: (
+            (np.asarray(sys.dof_frictionloss) > 0)
+            & ~_disabled(sys, mujoco.mjtDisableBit.mjDSBL_FRICTIONLOSS)
+            & ~_disabled(sys, mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
+        ),
         dead_hint="MJX builds a dof's frictionloss constraint only where the model loads it "
-        "> 0, so any other value there would change nothing",
+        '> 0 and the model does not switch it off (<flag frictionloss="disable"/> or '
+        'constraint="disable"), so any other value there would change nothing',
     ),
     "com_offset": Quantity(
         units="m, added to the loaded centre of mass (x, y, z)",
@@ -562,7 +685,7 @@ QUANTITIES: dict[str, Quantity] = {
         apply=_kd_apply,
         backends=_MJX,
         unsupported_hint=_MJX_HINT,
-        live=lambda sys: np.asarray(sys.actuator_biastype) == _AFFINE,
+        live=lambda sys, backend: np.asarray(sys.actuator_biastype) == _AFFINE,
         dead_hint="its bias is not affine, so MuJoCo never reads a damping gain for it",
     ),
     "pair_friction": Quantity(
@@ -573,6 +696,9 @@ QUANTITIES: dict[str, Quantity] = {
         backends=_MJX,
         unsupported_hint=_MJX_HINT,
         requires=_pairs_check,
+        live=_pairs_read,
+        dead_hint="it is frictionless (condim 1), or the model switches contacts off "
+        '(<flag contact="disable"/> or constraint="disable"), so no contact reads its friction',
     ),
     "elasticity": Quantity(
         units="restitution",

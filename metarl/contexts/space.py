@@ -555,7 +555,7 @@ def _resolve(
                     f"context {name!r}: {base!r} is a single value, it has no elements to choose"
                 )
             select = element_names.select(sys, q.elements, selector, name)
-        select = _live_selection(name, q, sys, select)
+        select = _live_selection(name, q, sys, backend, select)
         default = np.asarray(q.default(sys), np.float32)
         return q, default if select is None else default[select], select, sys
     if name in task:
@@ -590,7 +590,7 @@ def _resolve(
 
 
 def _live_selection(
-    name: str, q: Quantity, sys: System, select: np.ndarray | None
+    name: str, q: Quantity, sys: System, backend: str, select: np.ndarray | None
 ) -> np.ndarray | None:
     """The elements entry `name` writes: `select`, or for an entry that names none
     and a quantity that skips dead elements, the live ones (None: all elements).
@@ -599,7 +599,7 @@ def _live_selection(
     dead elements of a quantity that does not skip them."""
     if q.live is None:
         return select
-    live = np.asarray(q.live(sys), bool)
+    live = np.asarray(q.live(sys, backend), bool)
     if select is None and q.skip_dead and live.any():
         return None if live.all() else np.flatnonzero(live).astype(np.int32)
     chosen = np.arange(live.shape[0]) if select is None else select
