@@ -100,13 +100,7 @@ class ContextSpace(Mapping):
         raises ValueError naming the first difference. Physical limits are
         checked by `Binding.check_ranges`, which knows the fields.
         """
-        if not isinstance(ranges, ContextSpace):
-            raise ValueError(f"expected ranges as a ContextSpace, got {type(ranges).__name__}")
-        if tuple(ranges) != tuple(self):
-            raise ValueError(
-                f"the ranges must have the same names in the same order as the env's space: "
-                f"expected {list(self)}, got {list(ranges)}"
-            )
+        self.check_meaning(ranges)
         batch = tuple(batch_shape)
         for name in self:
             old, new = self[name], ranges[name]
