@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from brax.envs.base import State
 
 from metarl import contexts as C
 from metarl.compilation import count_compilations
@@ -104,19 +105,51 @@ class _ResetReadsStepCaches(_CachesItsSystem):
         return state.replace(obs=state.obs.at[0].add(drawn.link.inertia.mass[0]))
 
 
+class _ResetSettlesStepCaches(_CachesItsSystem):
+    """Steps a cached System, but its reset places the ball where the drawn gravity
+    would have it settle: the physics of every auto-reset, and so of every step
+    after it, follows the context; no step reads it."""
+
+    def reset(self, rng):
+        sag = 0.01 * self.sys.gravity[2]  # the drawn System's
+        ps = self.pipeline_init(self.sys.init_q.at[1].add(sag), jnp.zeros(self.sys.qd_size()))
+        zero = jnp.zeros(())
+        return State(ps, self._obs(ps), zero, zero, {}, {})
+
+
+STEP_IGNORES_IT = "changes nothing a step simulates: .* the step ignores it"
+
+
 @pytest.mark.parametrize(
-    "env,space",
+    "env,space,name,message",
     [
-        (_IgnoresItsGoal, {"gravity": C.Scale(0.5, 1.5), "goal": C.Uniform(-1.0, 1.0)}),
-        (_CachesItsSystem, {"gravity": C.Scale(0.1, 3.0)}),
-        (_ResetReadsStepCaches, {"mass": C.Scale(0.5, 2.0)}),
+        (
+            _IgnoresItsGoal,
+            {"gravity": C.Scale(0.5, 1.5), "goal": C.Uniform(-1.0, 1.0)},
+            "goal",
+            "changes nothing: .* never uses this task parameter",
+        ),
+        (_CachesItsSystem, {"gravity": C.Scale(0.1, 3.0)}, "gravity", STEP_IGNORES_IT),
+        (_ResetReadsStepCaches, {"mass": C.Scale(0.5, 2.0)}, "mass", STEP_IGNORES_IT),
+        (  # spring: the backend that compiles fastest
+            lambda: _ResetSettlesStepCaches(backend="spring"),
+            {"gravity": C.Scale(0.1, 3.0)},
+            "gravity",
+            STEP_IGNORES_IT,
+        ),
     ],
-    ids=["task-parameter-never-read", "cached-system", "only-the-reset-reads-it"],
+    ids=[
+        "task-parameter-never-read",
+        "cached-system",
+        "only-the-reset-observes-it",
+        "only-the-reset-simulates-it",
+    ],
 )
-def test_check_env_catches_a_context_that_changes_nothing(env, space):
+def test_check_env_catches_a_context_that_changes_nothing(env, space, name, message):
+    """A physical context must change what a step simulates, not only the resets
+    (whose physics and observations reach every later step of a whole rollout)."""
     env = make_contextual(env(), C.ContextSpace(space), episode_length=5)
-    name = next(n for n in ("goal", "gravity", "mass") if n in space)
-    with pytest.raises(ContractError, match=f"context '{name}' changes nothing"):
+    with pytest.raises(ContractError, match=f"context '{name}' {message}"):
         check_env(env, num_envs=4, max_steps=12)
 
 

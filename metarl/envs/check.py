@@ -36,7 +36,8 @@ def check_env(
     env: ContextualEnv, num_envs: int = 8, max_steps: int = 300, seed: int = 0
 ) -> dict[str, int]:
     """Checks jit, vmap, per-env contexts, resampling on trial end, determinism,
-    finite observations and that every context reaches the simulation. Raises
+    finite observations and that every context reaches the simulation (a
+    physical one through the step, not only the reset). Raises
     `ContractError` naming the broken clause; returns a few counts on success.
 
     `max_steps` random-action steps must end at least one trial (shorten the
@@ -51,18 +52,27 @@ def check_env(
     _check_reset(env, state, num_envs)
 
     # Roll out random actions; contexts hold within a trial and change at its end.
-    def body(state, k):
-        action = jax.random.uniform(k, (num_envs, env.action_size), minval=-1.0, maxval=1.0)
-        nxt = step(state, action)
-        out = (nxt.info[CONTEXT], nxt.info[TRIAL].new_trial, nxt.done, nxt.obs, nxt.reward)
-        return nxt, (*out, _dynamics(nxt.pipeline_state))
+    # Each step also steps a shadow of the batch, the same states with one context
+    # `moved` (`_shadow`; none moved outside `_check_contexts_reach_the_simulation`),
+    # in the same vmapped call: one compiled step serves both.
+    halves = (slice(0, num_envs), slice(num_envs, None))
 
-    def rollout(state, key):
-        return jax.lax.scan(body, state, jax.random.split(key, max_steps))
+    def body(state, k, moved):
+        action = jax.random.uniform(k, (num_envs, env.action_size), minval=-1.0, maxval=1.0)
+        shadow = state.replace(info={**state.info, CONTEXT: _shadow(state.info[CONTEXT], moved)})
+        both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), state, shadow)
+        both = step(both, jnp.concatenate([action, action]))
+        nxt, after = (jax.tree.map(lambda x, h=h: x[h], both) for h in halves)
+        out = (nxt.info[CONTEXT], nxt.info[TRIAL].new_trial, nxt.done, nxt.obs, nxt.reward)
+        return nxt, (*out, _dynamics(nxt.pipeline_state), _stepped(env, after))
+
+    def rollout(state, key, moved):
+        return jax.lax.scan(lambda s, k: body(s, k, moved), state, jax.random.split(key, max_steps))
 
     rollout = jax.jit(rollout)
     k_run = jax.random.key(seed + 1)
-    final, (ctx, new_trial, done, obs, *_) = rollout(state, k_run)
+    unmoved = _moved(env)
+    final, (ctx, new_trial, done, obs, *_) = rollout(state, k_run, unmoved)
     _require(
         all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(obs)),
         "step produced non-finite observations (the env must cut and report non-finite states)",
@@ -76,7 +86,7 @@ def check_env(
     _check_resampling(env, state.info[CONTEXT], ctx, new_trial)
 
     # Determinism: the same keys give bit-identical states.
-    again, _ = rollout(reset(keys, env.space), k_run)
+    again, _ = rollout(reset(keys, env.space), k_run, unmoved)
     same = jax.tree.map(
         lambda a, b: bool(np.array_equal(a, b, equal_nan=True)),
         to_numpy(final),
@@ -86,7 +96,9 @@ def check_env(
         all(jax.tree.leaves(same)),
         "two runs from the same key differ: the env is not deterministic",
     )
-    reached = _check_contexts_reach_the_simulation(env, reset, keys, lambda s: rollout(s, k_run))
+    reached = _check_contexts_reach_the_simulation(
+        env, lambda ranges, moved: rollout(reset(keys, ranges), k_run, moved)[1]
+    )
     return {
         "steps": max_steps * num_envs,
         "episodes_ended": int(np.asarray(done).sum()),
@@ -95,49 +107,100 @@ def check_env(
     }
 
 
-def _check_contexts_reach_the_simulation(env: ContextualEnv, reset, keys, rollout) -> int:
-    """Every context that varies changes what the env does: with every name pinned
-    to one draw, then one name moved to the draw farthest from it (the same reset
-    keys and actions, the same compiled rollout), the dynamical state (`_dynamics`)
-    at some step, the rewards, or the env's own observations differ; for a physical
-    context (not a task parameter) only observations that a step computed count,
-    not those an auto-reset returned: an env whose reset reads the context but
-    whose step simulates a model it cached must not pass. Returns the number of
-    names checked."""
+def _moved(env: ContextualEnv, name: str | None = None, value=None) -> dict[str, np.ndarray]:
+    """The shadow's context: {name: float32[draw_shape]} for every entry, `value`
+    (in draw units) for context `name` and NaN (not moved: a draw is never NaN) for
+    the others; one structure for any move, so the rollout compiles once."""
+    return {
+        e.name: np.broadcast_to(
+            np.asarray(value if e.name == name else np.nan, np.float32), e.draw_shape
+        )
+        for e in env.binding.entries
+    }
+
+
+def _shadow(context: dict, moved: dict) -> dict:
+    """`context` ([B, ...] per name) with the moved name's value swapped in."""
+    return {n: jnp.where(jnp.isnan(moved[n]), c, moved[n]) for n, c in context.items()}
+
+
+def _stepped(env: ContextualEnv, state) -> tuple:
+    """What a step computed: whether it ended the episode, then the dynamical
+    state (a reset's where it ended), the step's own observation (before any
+    auto-reset, without the context) and its reward."""
+    obs = env._base(state.info[TRIAL].final_obs)  # noqa: SLF001
+    return state.done > 0, _dynamics(state.pipeline_state), obs, state.reward
+
+
+def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
+    """Every context that varies changes what the env does. With every name pinned
+    to one draw and one name moved to the draw farthest from it:
+
+    - a task parameter (its effect may be only in the reset: a goal drawn there)
+      changes the dynamical state (`_dynamics`) at some step, the rewards or the
+      env's own observations of a whole rollout (the same reset keys and actions);
+    - a physical context changes what a step computes: every state of the rollout
+      in the pinned context is stepped once more with the same action and the name
+      moved (in `state.info[CONTEXT]`, from which the step rebuilds the System), and
+      the dynamical state where neither step ended an episode, the step's own
+      observation (before any auto-reset), its reward or its end must differ from
+      that same shadow step without the move. An env whose reset reads the context
+      (to settle the robot, to observe it) but whose step simulates a model it
+      cached must not pass.
+
+    `run(ranges, moved)` returns check_env's rollout outputs ([T, B] per leaf;
+    the last is `_stepped` of the shadow batch); one compiled rollout serves every
+    name, as ranges and the move are traced arguments. Returns the number of names
+    checked."""
     draws = {}
     for i, (name, dist) in enumerate(env.space.items()):
         if isinstance(dist, Fixed):
             continue
         k = jax.random.split(jax.random.fold_in(jax.random.key(0), i), 32)
         draws[name] = np.asarray(jax.vmap(lambda k, d=dist: d.sample(k, ()))(k), np.float32)
+    if not draws:
+        return 0
     base = env.space.pinned({name: d[0] for name, d in draws.items()})
-
     task = {e.name for e in env.binding.entries if isinstance(e.target, TaskParam)}
 
-    def trajectory(ranges, physical):
-        _, (_, _, done, obs, reward, dynamics) = rollout(reset(keys, ranges))
+    def trajectory(outputs) -> list[np.ndarray]:
+        *_, obs, reward, dynamics, _ = outputs
         obs = env._base(obs)  # noqa: SLF001 - the env's own observation, without the context
-        if physical:  # [T, B, ...]: the observations of steps that did not reset
-            stepped = ~np.asarray(done, bool)
-            obs = jax.tree.map(lambda x: np.asarray(x)[stepped], obs)
         return [np.asarray(x) for x in jax.tree.leaves((dynamics, obs, reward))]
 
-    reference = {physical: trajectory(base, physical) for physical in (False, True)}
+    def differ(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+        return any(not np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b, strict=True))
+
+    reference = run(base, _moved(env))
+    ended0, dynamics0, *rest0 = to_numpy(reference[-1])
     for name, d in draws.items():
         far = np.where(np.abs(d.min(0) - d[0]) >= np.abs(d.max(0) - d[0]), d.min(0), d.max(0))
         if np.array_equal(far, d[0]):  # a degenerate range: nothing to move
             continue
-        physical = name not in task
-        moved = trajectory(base.pinned({name: far}), physical)
+        values = f"at {d[0].tolist()} and at {far.tolist()}"
+        if name in task:  # the whole rollout: a task parameter may act in the reset only
+            _require(
+                differ(
+                    trajectory(reference), trajectory(run(base.pinned({name: far}), _moved(env)))
+                ),
+                f"context {name!r} changes nothing: {values}, the same keys and actions gave "
+                "the same physics, observations and rewards; the env never uses this task "
+                "parameter",
+            )
+            continue
+        ended, dynamics, *rest = to_numpy(run(base, _moved(env, name, far))[-1])
+        simulated = ~(ended | ended0)  # [T, B]: a step that ended returns a reset's physics
         _require(
-            any(
-                not np.array_equal(a, b, equal_nan=True)
-                for a, b in zip(reference[physical], moved, strict=True)
-            ),
-            f"context {name!r} changes nothing: pinned to {d[0].tolist()} and to "
-            f"{far.tolist()}, the same keys and actions gave the same physics, observations "
-            "and rewards; it does not reach the simulation (a System the env caches, a field "
-            "the backend does not read, a task parameter the env never uses)",
+            not np.array_equal(ended, ended0)
+            or differ(
+                [x[simulated] for x in jax.tree.leaves(dynamics0)],
+                [x[simulated] for x in jax.tree.leaves(dynamics)],
+            )
+            or differ(jax.tree.leaves(rest0), jax.tree.leaves(rest)),
+            f"context {name!r} changes nothing a step simulates: {values}, one step from the "
+            f"same {ended.size} states with the same actions gave the same physics, "
+            "observations, rewards and ends; the step ignores it (a System the env caches, "
+            "a field the backend does not read), whatever its reset does",
         )
     return len(draws)
 
