@@ -336,12 +336,28 @@ class _PuckWithMetrics(Puck):
         return s.replace(metrics={"x_velocity": speed}, info={**s.info, "speed": speed})
 
 
-def test_non_finite_state_is_cut_and_reported():
-    """A stiff spring with a long timestep blows up: the env must report it, not train on
-    NaN; nothing of the cut step (metrics, info the step writes) leaves the env as NaN."""
+class _SettlingPuck(_PuckWithMetrics):
+    """Lets the ball settle for 40 physics steps in its reset, as envs that settle a
+    robot do: under a context that blows up, the reset itself returns NaN."""
+
+    def reset(self, rng):
+        s = super().reset(rng)
+        ps = jax.lax.fori_loop(
+            0, 40, lambda i, p: self.pipeline_step(p, jnp.ones(1)), s.pipeline_state
+        )
+        return s.replace(pipeline_state=ps, obs=self._obs(ps))
+
+
+@pytest.mark.parametrize("puck", [_PuckWithMetrics, _SettlingPuck], ids=["step", "reset"])
+def test_non_finite_state_is_cut_and_reported(puck):
+    """A stiff spring with a long timestep blows up, in a step or already in the reset:
+    the env must report it, not train on NaN; nothing of the cut step (metrics, info the
+    step writes) and no diverged reset's observation leaves the env as NaN."""
     env = make_contextual(
-        _PuckWithMetrics(), C.ContextSpace({"stiffness": C.Fixed(1e4), "timestep": C.Fixed(0.2)})
+        puck(), C.ContextSpace({"stiffness": C.Fixed(1e4), "timestep": C.Fixed(0.2)})
     )
+    first = jax.jit(env.reset)(jax.random.key(0))
+    assert np.all(np.isfinite(np.asarray(first.obs)))
 
     @jax.jit
     def run(key):

@@ -351,7 +351,11 @@ class ContextualEnv(Env):
         k_context, k_reset = jax.random.split(k)
         drawn = self.binding.sample(k_context, ranges)
         context = jax.tree.map(lambda d, c: jnp.where(new_trial, d, c), drawn, context)
-        return self._call(self._env.reset, context, jax.random.key_data(k_reset)), context
+        first = self._call(self._env.reset, context, jax.random.key_data(k_reset))
+        # A reset that diverged (one that lets the robot settle, under a context that
+        # blows up): its observation is zeroed, as a cut step's is; the next step,
+        # simulating the same non-finite state, is cut and counted in `nonfinite`.
+        return first.replace(obs=_cut(_finite(first.obs), first.obs)), context
 
     def _fresh(self, operand):
         first, context = self._first(operand)
