@@ -149,6 +149,17 @@ def test_actuator_gain_scales_a_site_actuators_whole_gear_vector():
         "mjx",
     )
     assert float(binding.default_context()["actuator_gain"]) == -3.0
+    # two selections, applied in one jitted call (the second after the first)
+    two = THRUSTER.replace("GEAR", "1").replace(
+        "</worldbody>",
+        '<body name="c" pos="1 0 0"><joint name="h" type="hinge"/><geom size="0.1" mass="1"/>'
+        "</body></worldbody>",
+    )
+    two = two.replace("</actuator>", '<motor name="m" joint="h" gear="0.3"/></actuator>')
+    space = C.ContextSpace({"actuator_gain[up]": C.Fixed(2.0), "actuator_gain[m]": C.Fixed(0.7)})
+    binding = C.bind(space, _model(two), "mjx")
+    gear = jax.jit(lambda k: binding.apply(binding.sample(k)).actuator_gear)(jax.random.key(0))
+    np.testing.assert_array_equal(np.asarray(gear)[:, :3], np.float32([[0, 0, 2], [0.7, 0, 0]]))
 
 
 BOX = """<mujoco><option><flag FLAG/></option><worldbody>

@@ -237,22 +237,32 @@ def _stiffness_apply(sys, v):
     return sys.tree_replace(fields)
 
 
+def _gain_rows(sys):
+    """(gear [nu, 6], index of each row's first nonzero entry, whether that entry is
+    its only one: a joint's or tendon's gear, or a row of zeros)."""
+    gear = jnp.asarray(sys.actuator_gear, jnp.float32)
+    nonzero = gear != 0
+    return gear, jnp.argmax(nonzero, axis=1), nonzero.sum(axis=1) <= 1
+
+
 def _gain_default(sys):
-    """An actuator's gain: the length of its gear row, signed as its first nonzero
-    component (a joint's or tendon's gear[0]; a site's or ball joint's gear vector)."""
-    gear = np.asarray(sys.actuator_gear, np.float64)
-    first = gear[np.arange(gear.shape[0]), np.argmax(gear != 0, axis=1)]
-    return _f32(np.sign(first) * np.linalg.norm(gear, axis=1))
+    """An actuator's gain: its gear row's one nonzero entry (a joint's or tendon's
+    gear[0], exactly), else the row's length signed as its first nonzero entry (a
+    site's or ball joint's gear vector)."""
+    gear, first, single = _gain_rows(sys)
+    lead = jnp.take_along_axis(gear, first[:, None], axis=1)[:, 0]
+    return jnp.where(single, lead, jnp.sign(lead) * jnp.linalg.norm(gear, axis=1))
 
 
 def _gain_apply(sys, v):
-    """The whole gear row scaled to gain `v` (its direction kept); a row of zeros
-    takes `v` as gear[0]."""
+    """Gain `v` written into the row's one nonzero entry (gear[0] for a row of
+    zeros), or the whole row scaled to length |v| along its direction (traced
+    inputs welcome: an entry that selects some actuators applies after another)."""
+    gear, first, single = _gain_rows(sys)
     g0 = _gain_default(sys)
-    ratio = jnp.where(g0 != 0, v / jnp.where(g0 != 0, g0, 1.0), 0.0)
-    gear = jnp.where(
-        (g0 != 0)[:, None], sys.actuator_gear * ratio[:, None], sys.actuator_gear.at[:, 0].set(v)
-    )
+    own = jnp.arange(gear.shape[1])[None, :] == first[:, None]
+    ratio = v / jnp.where(g0 != 0, g0, 1.0)
+    gear = jnp.where(single[:, None], jnp.where(own, v[:, None], gear), gear * ratio[:, None])
     fields = {"actuator_gear": gear}
     if _brax(sys):
         fields["actuator.gear"] = v
