@@ -239,27 +239,27 @@ def _stiffness_apply(sys, v):
 
 def _gain_rows(sys):
     """(gear [nu, 6], index of each row's first nonzero entry, whether that entry is
-    its only one: a joint's or tendon's gear, or a row of zeros)."""
+    its only one: a joint's or tendon's gear, or a row of zeros, and the gain)."""
     gear = jnp.asarray(sys.actuator_gear, jnp.float32)
     nonzero = gear != 0
-    return gear, jnp.argmax(nonzero, axis=1), nonzero.sum(axis=1) <= 1
+    first, single = jnp.argmax(nonzero, axis=1), nonzero.sum(axis=1) <= 1
+    lead = jnp.take_along_axis(gear, first[:, None], axis=1)[:, 0]
+    gain = jnp.where(single, lead, jnp.sign(lead) * jnp.linalg.norm(gear, axis=1))
+    return gear, first, single, gain
 
 
 def _gain_default(sys):
     """An actuator's gain: its gear row's one nonzero entry (a joint's or tendon's
     gear[0], exactly), else the row's length signed as its first nonzero entry (a
     site's or ball joint's gear vector)."""
-    gear, first, single = _gain_rows(sys)
-    lead = jnp.take_along_axis(gear, first[:, None], axis=1)[:, 0]
-    return jnp.where(single, lead, jnp.sign(lead) * jnp.linalg.norm(gear, axis=1))
+    return _gain_rows(sys)[3]
 
 
 def _gain_apply(sys, v):
     """Gain `v` written into the row's one nonzero entry (gear[0] for a row of
     zeros), or the whole row scaled to length |v| along its direction (traced
     inputs welcome: an entry that selects some actuators applies after another)."""
-    gear, first, single = _gain_rows(sys)
-    g0 = _gain_default(sys)
+    gear, first, single, g0 = _gain_rows(sys)
     own = jnp.arange(gear.shape[1])[None, :] == first[:, None]
     ratio = v / jnp.where(g0 != 0, g0, 1.0)
     gear = jnp.where(single[:, None], jnp.where(own, v[:, None], gear), gear * ratio[:, None])
