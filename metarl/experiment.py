@@ -734,6 +734,20 @@ def run_variants(
     return results
 
 
+def _comparison(results: dict[str, list[dict]]) -> dict[str, dict[str, stats.Difference]] | None:
+    """Each variant's last-segment scores minus the first variant's, per split and
+    gap, paired by seed (`metarl.stats.difference`); None with one seed (no CI)."""
+    (base, base_rows), *others = results.items()
+    last = base_rows[-1]
+    if not isinstance(last.get("train_return"), list) or not others:
+        return None
+    cols = [c for c in list(_columns(1))[2:] if isinstance(last.get(c), list)]
+    return {
+        name: {c: stats.difference(rows[-1][c], last[c], paired=True) for c in cols}
+        for name, rows in others
+    }
+
+
 # ---- tables ----
 def _columns(num_seeds: int) -> dict[str, str]:
     cols = {"segment": "segment", "env_steps": "env steps", "train_return": "train return"}
@@ -797,11 +811,23 @@ def _nonfinite_note(row: dict) -> str:
 
 
 def print_comparison(results: dict[str, list[dict]], logdir: str | os.PathLike) -> None:
-    """One line per variant: its last segment's returns on every split."""
+    """One line per variant: its last segment's returns on every split; with
+    several seeds, then each variant's difference from the first one."""
     cols = list(_columns(1))[2:]
     print("\n" + _line(["variant", *[_columns(1)[c] for c in cols]]))
     for name, rows in results.items():
         print(_line([name, *(_cell(rows[-1].get(c, float("nan"))) for c in cols)]))
+    if (diffs := _comparison(results)) is not None:
+        base = next(iter(results))
+        print(
+            f"\nDifference from {base} (mean over seeds, paired by seed: seed i of every "
+            "variant starts from the same parameters and draws its held-out sets alike; "
+            "95% bootstrap CI; an interval without 0 is a difference):"
+        )
+        shown = [c for c in cols if c in next(iter(diffs.values()))]
+        print(_line(["variant", *[_columns(1)[c] for c in shown]]))
+        for name, cells in diffs.items():
+            print(_line([name, *(stats.format_difference(cells[c]) for c in shown)]))
     for name, rows in results.items():
         if "episodes" in rows[-1]:
             curve = "  ".join(f"{i}: {_cell(v)}" for i, v in enumerate(rows[-1]["episodes"], 1))

@@ -27,8 +27,15 @@ experiments each, a nominal 95% covered the true IQM 91% (normal scores) and 89%
 86% at 5 vs 5 seeds, 93% at 10 vs 10. Read a 95% CI from 5 seeds as roughly a 90% one.
 
 To say whether A beats B, `difference` gives the difference of their mean scores
-with a 95% bootstrap CI, resampling the seeds of A and of B independently (two
-separate runs, nothing paired): A beats B when the whole interval is above 0.
+with a 95% bootstrap CI: A beats B when the whole interval is above 0. By default
+it resamples the seeds of A and of B independently (two separate runs, nothing
+paired). With ``paired=True`` seed i of A is compared with seed i of B, and the
+per-seed differences are resampled: right when the two share each seed's
+randomness (metarl's variants of one experiment start from the same parameters
+and are scored on the same held-out sets per seed), and then the seed-to-seed
+spread that both share cancels out of the interval. Two overlapping intervals of
+A and of B do not say that the difference's interval holds 0; compare with
+`difference`.
 
 Why not rliable: it pins an old ``arch`` and pulls pandas and seaborn for plotting; the
 two statistics metarl needs fit in this module (tested against scipy and known cases).
@@ -125,36 +132,64 @@ class Difference:
     diff: float
     ci_low: float
     ci_high: float
-    n_a: int
+    n_a: int  # the finite seeds of A (paired: the pairs) the difference is over
     n_b: int
+    paired: bool = False
+    dropped: int = 0  # seeds (paired: pairs) left out for a non-finite score
 
 
-def difference(a, b, *, reps: int = 2000, confidence: float = 0.95, seed: int = 0) -> Difference:
-    """mean(a) - mean(b) and a `confidence` percentile-bootstrap CI, resampling the seeds
-    of `a` and of `b` independently (unpaired). Non-finite scores are dropped; with
-    fewer than two finite seeds on either side there is no CI (NaN bounds): one seed
+def difference(
+    a, b, *, paired: bool = False, reps: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> Difference:
+    """mean(a) - mean(b) and a `confidence` percentile-bootstrap CI.
+
+    Unpaired (the default): the seeds of `a` and of `b` are resampled independently.
+    ``paired=True``: `a` and `b` are the same seeds in the same order, and the
+    per-seed differences ``a[i] - b[i]`` are resampled. Non-finite scores are
+    dropped (paired: the pair) and counted in `Difference.dropped`; with fewer
+    than two finite seeds on either side there is no CI (NaN bounds): one seed
     says nothing about the spread, so no claim that A beats B can rest on it.
     """
     _check_confidence(confidence)
     x, y = (np.asarray(v, np.float64) for v in (a, b))
     if x.ndim != 1 or y.ndim != 1:
         raise ValueError(f"a and b must be [num_seeds] each, got {x.shape} and {y.shape}")
-    x, y = x[np.isfinite(x)], y[np.isfinite(y)]
+    if paired and x.shape != y.shape:
+        raise ValueError(
+            f"paired=True compares seed i of a with seed i of b: a has {x.size} seeds, "
+            f"b {y.size} (pass paired=False for two independent sets of seeds)"
+        )
+    if paired:
+        keep = np.isfinite(x) & np.isfinite(y)
+        dropped = int(np.sum(~keep))
+        x, y = x[keep], y[keep]
+    else:
+        dropped = int(np.sum(~np.isfinite(x)) + np.sum(~np.isfinite(y)))
+        x, y = x[np.isfinite(x)], y[np.isfinite(y)]
     if x.size == 0 or y.size == 0:
-        return Difference(float("nan"), float("nan"), float("nan"), x.size, y.size)
+        nan = float("nan")
+        return Difference(nan, nan, nan, x.size, y.size, paired, dropped)
     point = float(x.mean() - y.mean())
     if x.size < 2 or y.size < 2:
-        return Difference(point, float("nan"), float("nan"), x.size, y.size)
+        return Difference(point, float("nan"), float("nan"), x.size, y.size, paired, dropped)
     rng = np.random.default_rng(seed)
-    boots = rng.choice(x, (reps, x.size)).mean(1) - rng.choice(y, (reps, y.size)).mean(1)
+    if paired:
+        boots = rng.choice(x - y, (reps, x.size)).mean(1)
+    else:
+        boots = rng.choice(x, (reps, x.size)).mean(1) - rng.choice(y, (reps, y.size)).mean(1)
     low, high = _percentile_interval(boots, confidence)
-    return Difference(point, low, high, x.size, y.size)
+    return Difference(point, low, high, x.size, y.size, paired, dropped)
 
 
 def format_difference(d: Difference, digits: int = 0) -> str:
     """``"+diff [low, high]"`` with `digits` decimals; ``"+diff [no CI: 1 vs 3 seeds]"``
-    when either side has fewer than two finite seeds."""
+    when either side has fewer than two finite seeds; ``" (1 NaN left out)"``
+    appended when seeds (paired: pairs) were dropped for a non-finite score."""
     if not (np.isfinite(d.ci_low) and np.isfinite(d.ci_high)):
-        return f"{d.diff:+.{digits}f} [no CI: {d.n_a} vs {d.n_b} seeds]"
-    f = f"{{:+.{digits}f}} [{{:.{digits}f}}, {{:.{digits}f}}]"
-    return f.format(d.diff, d.ci_low, d.ci_high)
+        text = f"{d.diff:+.{digits}f} [no CI: {d.n_a} vs {d.n_b} seeds]"
+    else:
+        f = f"{{:+.{digits}f}} [{{:.{digits}f}}, {{:.{digits}f}}]"
+        text = f.format(d.diff, d.ci_low, d.ci_high)
+    if d.dropped:
+        text += f" ({d.dropped} NaN left out)"
+    return text

@@ -81,3 +81,33 @@ def test_difference_edge_cases():
         stats.difference(np.zeros((2, 2)), [1.0])
     with pytest.raises(ValueError, match="confidence"):
         stats.difference([1.0], [1.0], confidence=1.5)
+
+
+def test_paired_difference_cancels_the_seed_effect_both_share():
+    # Each seed's two variants share its luck (sd 50); B adds 5 with noise sd 2.
+    # Paired, the interval is about the noise and excludes 0; unpaired, the seed
+    # effect swamps it. Paired coverage of the true +5 stays near 95%.
+    rng = np.random.default_rng(3)
+    hits, paired_widths, unpaired_widths = 0, [], []
+    for trial in range(200):
+        luck = rng.normal(0, 50, 10)
+        a, b = luck + 5 + rng.normal(0, 2, 10), luck + rng.normal(0, 2, 10)
+        d = stats.difference(a, b, paired=True, reps=500, seed=trial)
+        u = stats.difference(a, b, reps=500, seed=trial)
+        hits += d.ci_low <= 5.0 <= d.ci_high
+        paired_widths.append(d.ci_high - d.ci_low)
+        unpaired_widths.append(u.ci_high - u.ci_low)
+        assert d.paired and not u.paired and d.diff == pytest.approx(u.diff)
+    assert 0.85 <= hits / 200 <= 0.995
+    assert np.median(paired_widths) < 0.1 * np.median(unpaired_widths)
+
+
+def test_paired_difference_drops_pairs_and_says_so():
+    d = stats.difference([1.0, np.nan, 3.0, 5.0], [0.0, 0.0, np.inf, 1.0], paired=True)
+    assert (d.diff, d.n_a, d.n_b, d.dropped) == (2.5, 2, 2, 2)
+    assert stats.format_difference(d).endswith("(2 NaN left out)")
+    unpaired = stats.difference([1.0, np.nan, 3.0], [0.0, 0.0])
+    assert unpaired.dropped == 1 and stats.format_difference(unpaired).endswith("(1 NaN left out)")
+    assert "NaN" not in stats.format_difference(stats.difference([1.0, 2.0], [0.0, 1.0]))
+    with pytest.raises(ValueError, match="seed i of a with seed i of b: a has 3 seeds, b 2"):
+        stats.difference([1.0, 2.0, 3.0], [1.0, 2.0], paired=True)
