@@ -44,6 +44,10 @@ UNTIMED = ("perf/",)
 
 @pytest.fixture(scope="module")
 def exp():
+    return _experiment()
+
+
+def _experiment():
     env = make_contextual("inverted_pendulum", TARGET, episode_length=50)
     return experiment.Experiment(
         env=env,
@@ -607,15 +611,19 @@ def _check_heatmap_boxes(exp, drawn) -> None:
         np.testing.assert_allclose(box, [g_lo, g_hi, m_lo, m_hi], rtol=1e-6, err_msg=run)
 
 
-def test_ctrl_c_keeps_the_checkpoint_and_exits_without_a_traceback(tmp_path):
+def test_ctrl_c_keeps_the_checkpoint_and_exits_without_a_traceback(exp, compiled, tmp_path):
+    """A process running `experiment.run`, as every script does, stopped with Ctrl-C.
+    It runs this module's experiment: the programs the `compiled` fixture built are
+    in the suite's compilation cache, so the subprocess loads them."""
     logdir = tmp_path / "run"
-    cmd = [sys.executable, str(ROOT / "experiments" / "quickstart.py"), "--logdir", str(logdir)]
-    # tests/test_experiments.py's settings (more segments): the same programs, which
-    # the suite's compilation cache then compiles once for both files.
-    cmd += ["--segments", "50", "--steps-per-segment", "2048", "--seed", "1"]
-    cmd += ["--ppo.num-envs", "32", "--eval.contexts", "4", "--eval.episodes", "1"]
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import test_runner as t; "
+        "from metarl import experiment; "
+        "experiment.run(t._experiment(), logdir=sys.argv[2], segments=1000, "
+        "steps_per_segment=t.STEPS, seed=0)"
+    )
     proc = subprocess.Popen(
-        cmd,
+        [sys.executable, "-c", script, str(ROOT / "tests"), str(logdir)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -630,7 +638,7 @@ def test_ctrl_c_keeps_the_checkpoint_and_exits_without_a_traceback(tmp_path):
     assert proc.returncode == 130, out[-2000:]
     assert "Traceback" not in out and "KeyboardInterrupt" not in out
     assert "Resume by rerunning the same command" in out
-    assert checkpoint.latest_step(logdir / "checkpoints") >= 1
+    assert 1 <= checkpoint.latest_step(logdir / "checkpoints") < 1000
 
 
 def test_the_table_names_held_out_episodes_cut_by_non_finite_physics(capsys):
@@ -662,3 +670,26 @@ def test_evaluation_keys_are_none_of_trainings_keys():
         runner |= {data(root)} | {data(jax.random.fold_in(root, i)) for i in range(8)}
     assert len(runner) == 27
     assert not runner & training
+
+
+def test_a_comparison_of_variants_prints_paired_differences_from_the_first(tmp_path, capsys):
+    """Seed i of every variant is paired with seed i of the first: their shared
+    luck cancels, so a steady gain of 10 shows as an interval without 0 even where
+    the variants' own intervals overlap widely."""
+    luck = [100.0, 300.0, 200.0, 400.0, 250.0]
+
+    def rows(gain):
+        scores = [x + gain + 0.1 * k for k, x in enumerate(luck)]
+        return [{"segment": 1, "env_steps": 8, "train_return": scores, "train": scores}]
+
+    results = {"fixed": rows(0.0), "adr": rows(10.0), "same": rows(0.0)}
+    experiment.print_comparison(results, tmp_path)
+    out = capsys.readouterr().out
+    assert "Difference from fixed (mean over seeds, paired by seed" in out
+    line = next(x for x in out.splitlines() if x.split()[:2] == ["adr", "+10"])
+    assert line.split()[1:] == ["+10", "[10,", "10]"] * 2  # train return, eval train
+    same = next(x for x in out.splitlines() if x.split()[:2] == ["same", "+0"])
+    assert same.split()[1:] == ["+0", "[0,", "0]"] * 2
+    one_seed = {k: [{**r[0], "train_return": 1.0, "train": 1.0}] for k, r in results.items()}
+    experiment.print_comparison(one_seed, tmp_path)
+    assert "Difference from" not in capsys.readouterr().out  # one seed: no interval
