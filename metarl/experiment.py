@@ -822,7 +822,7 @@ def print_comparison(results: dict[str, list[dict]], logdir: str | os.PathLike) 
         print(
             f"\nDifference from {base} (mean over seeds, paired by seed: seed i of every "
             "variant starts from the same parameters and draws its held-out sets alike; "
-            "95% bootstrap CI; an interval without 0 is a difference):"
+            "95% t interval; an interval without 0 is a difference):"
         )
         shown = [c for c in cols if c in next(iter(diffs.values()))]
         print(_line(["variant", *[_columns(1)[c] for c in shown]]))

@@ -35,7 +35,7 @@ if os.environ.get("METARL_TEST_JAX_CACHE", "1") != "0":
 
 # Seconds each file took on 2 CPU cores from a cold cache (2026-11-25, `--durations`),
 # heaviest first. `pytest -n 2 --dist loadfile` gives whole files to the workers in
-# collection order (pyproject.toml turns off xdist's reordering by test count, which
+# collection order (`pytest_configure` turns off xdist's reordering by test count, which
 # sent the one-test, two-minute playground file last and left a worker idle for
 # minutes): the heaviest files go first, so the two workers end together. Only the
 # order changes; files not listed follow in their usual order.
@@ -54,6 +54,11 @@ FILE_SECONDS = {
     "test_evaluation.py": 59,
     "test_task_contexts.py": 44,
 }
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's --no-loadscope-reorder
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items):

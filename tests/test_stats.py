@@ -55,18 +55,36 @@ def test_edge_cases():
 def test_difference_ci_covers_the_true_gap_and_says_which_is_better():
     rng = np.random.default_rng(0)
     hits = 0
-    for trial in range(200):
-        d = stats.difference(
-            rng.normal(5.0, 2.0, 12), rng.normal(3.0, 1.0, 8), reps=500, seed=trial
-        )
+    for _ in range(400):
+        d = stats.difference(rng.normal(5.0, 2.0, 12), rng.normal(3.0, 1.0, 8))
         hits += d.ci_low <= 2.0 <= d.ci_high
-    assert 0.85 <= hits / 200 <= 0.995
+    assert 0.92 <= hits / 400 <= 0.98
     far = stats.difference([10.0, 11.0, 12.0, 13.0], [1.0, 2.0, 3.0])
     assert (far.diff, far.n_a, far.n_b) == (9.5, 4, 3) and far.ci_low > 0
     assert stats.format_difference(far).startswith("+10 [")
     same = stats.difference([1.0, 5.0, 3.0, 7.0], [2.0, 6.0, 4.0, 4.0])
     assert same.ci_low < 0 < same.ci_high
     assert stats.format_difference(stats.difference([1.0, 2.0], [4.0, 5.0])).startswith("-3 [")
+
+
+def test_difference_is_welchs_t_interval_and_holds_its_level_at_three_seeds():
+    a, b = [1.0, 4.0, 2.0, 8.0], [3.0, 3.5, 2.0]
+    welch = scipy_stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    d = stats.difference(a, b)
+    assert (d.ci_low, d.ci_high) == pytest.approx((welch.low, welch.high))
+    paired = scipy_stats.ttest_rel(a[:3], b).confidence_interval(0.9)
+    d = stats.difference(a[:3], b, paired=True, confidence=0.9)
+    assert (d.ci_low, d.ci_high) == pytest.approx((paired.low, paired.high))
+    # 3 vs 3 seeds with no true difference: a percentile bootstrap covered ~80%
+    rng = np.random.default_rng(1)
+    covered = [stats.difference(rng.normal(0, 1, 3), rng.normal(0, 2, 3)) for _ in range(400)]
+    hits = sum(d.ci_low <= 0 <= d.ci_high for d in covered)
+    assert 0.92 <= hits / 400 <= 0.995
+    # no spread on either side (every seed at a capped return): the point itself
+    capped = stats.difference([500.0, 500.0, 500.0], [500.0, 500.0])
+    assert (capped.diff, capped.ci_low, capped.ci_high) == (0.0, 0.0, 0.0)
+    one_sided = stats.difference([500.0, 500.0, 500.0], [400.0, 460.0, 490.0])
+    assert one_sided.ci_low < 50 < one_sided.ci_high
 
 
 def test_difference_edge_cases():
@@ -89,11 +107,11 @@ def test_paired_difference_cancels_the_seed_effect_both_share():
     # effect swamps it. Paired coverage of the true +5 stays near 95%.
     rng = np.random.default_rng(3)
     hits, paired_widths, unpaired_widths = 0, [], []
-    for trial in range(200):
+    for _ in range(200):
         luck = rng.normal(0, 50, 10)
         a, b = luck + 5 + rng.normal(0, 2, 10), luck + rng.normal(0, 2, 10)
-        d = stats.difference(a, b, paired=True, reps=500, seed=trial)
-        u = stats.difference(a, b, reps=500, seed=trial)
+        d = stats.difference(a, b, paired=True)
+        u = stats.difference(a, b)
         hits += d.ci_low <= 5.0 <= d.ci_high
         paired_widths.append(d.ci_high - d.ci_low)
         unpaired_widths.append(u.ci_high - u.ci_low)
