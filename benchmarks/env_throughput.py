@@ -20,7 +20,11 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
 * ablate_noreset, ablate_norebuild, ablate_nofence: diagnostics, not exact:
   contextual dense with done envs never reset, with the step run on the default
   System, or without MJX's fence (the strategies then agree only to float
-  rounding); `ablate_nofence:pool` for another strategy than dense.
+  rounding); `ablate_nofence:pool` for another strategy than dense. The fence
+  exists only for `--backend mjx` on a CPU (`metarl/envs/contextual.py`: off on
+  Brax's own backends, compiled to nothing on other platforms), so
+  ablate_nofence is refused anywhere else, where it would time contextual dense
+  again under another name.
 * ablate_norefill: the pool's machinery without its refills (not exact): a done
   env swaps in its pool entry, which is never recomputed, so the step carries and
   selects the second physics state but never refills and never asks whether to
@@ -30,7 +34,10 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
   (noreset - dense)) and the rest, the per-step check (norefill - pool - refills).
 
 With several `--num-envs` it also writes `--out`.json and a PNG plot of
-steps/s against num_envs (log-log) for plain, brax_dr and contextual.
+steps/s against num_envs (log-log) for plain, brax_dr and contextual. The JSON
+records the settings (steps, rounds, strategy, reset_chunk, backend, variants),
+`metarl.provenance.software()` and `metarl.provenance.platform()` (XLA_FLAGS,
+JAX's numerical settings, device kind and count, on a CPU the host CPU).
 
     python benchmarks/env_throughput.py --envs hopper inverted_pendulum --num-envs 1024
     python benchmarks/env_throughput.py --envs hopper ant --num-envs 1024 4096 16384 65536
@@ -136,6 +143,21 @@ def _rollout(reset, step, action_size: int, num_envs: int, steps: int):
     return jax.jit(run)
 
 
+def _check_nofence(name: str, backend: str) -> None:
+    """Refuses ablate_nofence where MJX's fence is already absent: it is a barrier
+    after MJX's step on the CPU platform only (`ContextualEnv.__init__` sets
+    `_fence` for backend "mjx" alone; `step` lowers it to nothing on other
+    platforms), and elsewhere the variant would be contextual dense renamed."""
+    platform = jax.default_backend()
+    if backend != "mjx" or platform != "cpu":
+        raise ValueError(
+            f"ablate_nofence on {name} with backend {backend!r} on platform {platform!r}: "
+            "it removes MJX's fence, which is only there for backend 'mjx' on a CPU "
+            "(metarl/envs/contextual.py: off on Brax's own backends, compiled to nothing on "
+            "a GPU), so here it would change nothing; run it with --backend mjx on a CPU"
+        )
+
+
 def _ablated(env: ContextualEnv, what: str) -> ContextualEnv:
     """Diagnostics only (not exact): switch off one part of the contextual step."""
     if what == "nofence":
@@ -193,6 +215,8 @@ def _build(label: str, name: str, n: int, cfg: Config):
         reset_strategy=strategy,
         **kwargs,
     )
+    if label == "ablate_nofence":
+        _check_nofence(name, ctx.backend)
     if label.startswith("ablate_"):
         ctx = _ablated(ctx, label.removeprefix("ablate_"))
     if label == "contextual_pool_dense":
@@ -290,15 +314,21 @@ def plot(results: dict, path: Path) -> None:
 def main(cfg: Config) -> None:
     device = jax.devices()[0]
     print(f"jax {jax.__version__} on {device.platform} ({device.device_kind})")
+    if any(v.partition(":")[0] == "ablate_nofence" for v in cfg.variants):
+        kwargs = {} if cfg.backend is None else {"backend": cfg.backend}
+        for name in cfg.envs:  # before any env is timed
+            _check_nofence(name, brax_envs.get_environment(name, **kwargs).backend)
     results = {
         "device": device.device_kind,
-        "platform": device.platform,
+        "platform": provenance.platform(),  # XLA_FLAGS, JAX settings, device count, host CPU
         "jax": jax.__version__,
         "software": provenance.software(),
         "steps": cfg.steps,
         "rounds": cfg.rounds,
         "strategy": cfg.strategy,
+        "reset_chunk": cfg.reset_chunk,
         "backend": cfg.backend,
+        "variants": list(cfg.variants),
         "envs": {},
     }
     for name in cfg.envs:

@@ -4,17 +4,31 @@ Same env, same data per update: `num_envs` envs unroll `unroll_length` steps,
 the batch is split into `num_minibatches` minibatches, `num_updates_per_batch`
 epochs (Brax: batch_size = num_envs / num_minibatches, so one unroll of every
 env feeds one update round), same network sizes, learning rate, entropy cost,
-discount, GAE lambda, clipping, observation normalisation. The env has no
+discount, GAE lambda, clipping. Both normalise observations by running
+statistics, but not alike: metarl clips the normalised observation to
++-`metarl.agents.agent.OBS_CLIP` (10) standard deviations and Brax PPO does not
+clip; metarl updates the statistics after the SGD epochs (the critic and SGD use
+the statistics the rollout acted with, `metarl.agents.ppo.learner`), Brax PPO
+before them (its default, without the adaptive-KL learning rate). The env has no
 varying context (an empty ContextSpace for metarl), so the trainers are
 compared, not the randomisation.
 
 Reported per trainer, in one run: steady training env-steps/s, compile time
 (the wall time of training minus the steps trained / steady speed: tracing,
 compiling and the first segment's overhead; the env is built beforehand and
-evaluation is left out on both sides, Brax's evals by their own
-``eval/walltime``), and the deterministic evaluation return of the final policy
-at the same step budget (Brax: its own evaluator; metarl: `metarl.evaluation`,
-both over full-length episodes).
+evaluation is left out on both sides), and the deterministic evaluation return
+of the final policy at the same step budget (Brax: its own evaluator; metarl:
+`metarl.evaluation`, both over full-length episodes). metarl builds its
+evaluator before the clock and evaluates after it; Brax PPO does both inside
+`train`, so three things are subtracted from its wall time: its evaluations (their own
+``eval/walltime``), the build of its evaluator (`acting.Evaluator.__init__`,
+which compiles and runs the eval env's reset) and its final check that the
+training state is still replicated (`pmap.assert_is_replicated`, a small pmap
+compiled and run; metarl has none). The last two are timed by wrapping them
+for the call (`_timed`), on `brax_train.acting.Evaluator` and
+`brax_train.pmap`: the objects Brax's train.py looks those names up on when it
+calls them. Brax's per-seed results record them as ``evaluator_build_s`` and
+``replication_check_s`` (earlier result files counted both as compile time).
 
 With several `--seeds`, the trainers run in paired rounds: seed 0 of every
 trainer, then seed 1 of every trainer, ... (metarl compiles once and reuses the
@@ -35,7 +49,9 @@ from its public API; this benchmark re-exposes it (one line, benchmark only).
 Seeds can run in several calls (one process per core, or one call after
 another) and be summarised together: `--merge A.json B.json` adds the per-seed
 results of earlier `--out` files, refusing any file run with other settings,
-another JAX or device, or a seed already present; `--seeds` with no value
+another JAX or device, another platform (`metarl.provenance.platform()`: device
+count, XLA_FLAGS, JAX's numerical settings, the host CPU; a file from before
+it was recorded merges with a note), or a seed already present; `--seeds` with no value
 trains nothing and summarises the files. A file run on other software (metarl's
 source hash or a library version, `metarl.provenance`) is refused too, unless
 `--other-software` is given, which merges it and prints what differs.
@@ -43,6 +59,7 @@ source hash or a library version, `metarl.provenance`) is refused too, unless
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -102,6 +119,30 @@ class Config:
 POLICY, VALUE = (32, 32), (64, 64)
 
 
+@contextlib.contextmanager
+def _timed(owner, name: str, seconds: dict[str, float], label: str, wait_self: bool = False):
+    """Within the block, `owner.<name>` adds the wall time of each call to
+    `seconds[label]`, after waiting for what it computed (its result, or with
+    `wait_self` the arrays of its first argument: an `__init__`'s object). The
+    original is put back on exit. A label missing from `seconds` afterwards was
+    never called."""
+    original = getattr(owner, name)
+
+    @functools.wraps(original)
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        out = original(*args, **kwargs)
+        jax.block_until_ready(vars(args[0]) if wait_self else out)
+        seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - start
+        return out
+
+    setattr(owner, name, timed)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
 def brax_ppo(cfg: Config, seed: int) -> dict:
     from brax import envs as brax_envs
     from brax.training.agents.ppo import networks as ppo_networks
@@ -119,40 +160,56 @@ def brax_ppo(cfg: Config, seed: int) -> dict:
             sps.append(float(metrics["training/sps"]))
 
     environment = brax_envs.get_environment(cfg.env)  # built before the clock, as metarl's
-    start = time.perf_counter()
-    brax_train.train(
-        environment=environment,
-        num_timesteps=cfg.num_timesteps,
-        episode_length=cfg.episode_length,
-        num_envs=cfg.num_envs,
-        batch_size=cfg.num_envs // cfg.num_minibatches,
-        num_minibatches=cfg.num_minibatches,
-        num_updates_per_batch=cfg.num_updates_per_batch,
-        unroll_length=cfg.unroll_length,
-        learning_rate=cfg.learning_rate,
-        entropy_cost=cfg.entropy_cost,
-        discounting=cfg.discounting,
-        gae_lambda=0.95,
-        clipping_epsilon=0.3,
-        max_grad_norm=1.0,
-        normalize_observations=True,
-        num_evals=cfg.segments + 1,
-        num_eval_envs=cfg.eval_episodes,
-        deterministic_eval=True,
-        seed=seed,
-        network_factory=functools.partial(
-            ppo_networks.make_ppo_networks,
-            policy_hidden_layer_sizes=POLICY,
-            value_hidden_layer_sizes=VALUE,
-        ),
-        progress_fn=progress,
-    )
-    total = time.perf_counter() - start - max(eval_s)
+    outside = {}  # Brax's work outside training and outside eval/walltime (module docstring)
+    with contextlib.ExitStack() as patches:  # on the names train.py looks up when it calls
+        patches.enter_context(
+            _timed(brax_train.acting.Evaluator, "__init__", outside, "evaluator_build_s", True)
+        )
+        patches.enter_context(
+            _timed(brax_train.pmap, "assert_is_replicated", outside, "replication_check_s")
+        )
+        start = time.perf_counter()
+        brax_train.train(
+            environment=environment,
+            num_timesteps=cfg.num_timesteps,
+            episode_length=cfg.episode_length,
+            num_envs=cfg.num_envs,
+            batch_size=cfg.num_envs // cfg.num_minibatches,
+            num_minibatches=cfg.num_minibatches,
+            num_updates_per_batch=cfg.num_updates_per_batch,
+            unroll_length=cfg.unroll_length,
+            learning_rate=cfg.learning_rate,
+            entropy_cost=cfg.entropy_cost,
+            discounting=cfg.discounting,
+            gae_lambda=0.95,
+            clipping_epsilon=0.3,
+            max_grad_norm=1.0,
+            normalize_observations=True,
+            num_evals=cfg.segments + 1,
+            num_eval_envs=cfg.eval_episodes,
+            deterministic_eval=True,
+            seed=seed,
+            network_factory=functools.partial(
+                ppo_networks.make_ppo_networks,
+                policy_hidden_layer_sizes=POLICY,
+                value_hidden_layer_sizes=VALUE,
+            ),
+            progress_fn=progress,
+        )
+        wall = time.perf_counter() - start
+    missing = {"evaluator_build_s", "replication_check_s"} - outside.keys()
+    if missing:  # another Brax, whose train.py reaches them by other names: nothing was timed
+        raise RuntimeError(
+            f"Brax PPO never called the wrapped functions {sorted(missing)}: its train.py no "
+            "longer calls acting.Evaluator / pmap.assert_is_replicated; update brax_ppo"
+        )
+    total = wall - max(eval_s) - sum(outside.values())
     steady = float(np.median(sps[2:]))  # Brax compiles its epoch twice
     return {
         "steps_per_sec": steady,
         "compile_s": total - max(steps) / steady,
         "return": rewards[-1],
+        **outside,
     }
 
 
@@ -205,10 +262,41 @@ def metarl_ppo(cfg: Config, core: str, reset_strategy: str = "auto"):
     return run
 
 
+def _environment() -> dict:
+    """The JAX version and device (and on the CPU backend the host CPU) that a --merge
+    file must share: another CPU or core count gives other speeds and returns."""
+    environment = {"jax": jax.__version__, "device": jax.devices()[0].device_kind}
+    if jax.default_backend() == "cpu":
+        environment.update(provenance.host_cpu())
+    return environment
+
+
+def _record(cfg: Config, environment: dict, runs: dict, summary: dict) -> dict:
+    """What --out writes, and --merge reads back."""
+    return {
+        "config": dataclasses.asdict(cfg),
+        **environment,
+        "platform": provenance.platform(),  # XLA_FLAGS, ...: compared on --merge
+        "software": provenance.software(),
+        "runs": runs,
+        "summary": summary,
+    }
+
+
+def _differences(theirs: dict, mine: dict) -> str:
+    """The fields where two records differ, as "name=theirs (here mine)"."""
+    return ", ".join(
+        f"{k}={theirs.get(k)!r} (here {mine.get(k)!r})"
+        for k in sorted(theirs.keys() | mine.keys())
+        if theirs.get(k) != mine.get(k)
+    )
+
+
 def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> None:
     """Adds the per-seed results of an earlier run's --out file to `runs`, after
-    checking that it ran these settings (seeds aside) on this JAX and device (and host CPU),
-    and that no seed is in both."""
+    checking that it ran these settings (seeds aside) on this JAX and device (and host CPU)
+    and platform (`provenance.platform()`, where the file records it), and that no seed is
+    in both."""
     record = json.loads(Path(path).read_text())
     ignore = ("seeds", "out", "merge", "compile_cache", "other_software")
     mine = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ignore}
@@ -221,21 +309,30 @@ def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> None:
             f"--merge {path} ran other settings: "
             + ", ".join(f"{k}={theirs.get(k)!r} (here {mine.get(k)!r})" for k in differ)
         )
+    theirs, mine = record.get("platform"), provenance.platform()
+    if not isinstance(theirs, dict):  # older files: the backend's name, or nothing
+        print(
+            f"--merge {path}: the file records no platform (older benchmark): its XLA_FLAGS, "
+            "device count and JAX settings are not compared"
+        )
+    elif theirs != mine:
+        raise ValueError(f"--merge {path} ran on another platform: {_differences(theirs, mine)}")
     theirs, mine = record.get("software"), provenance.software()
     if theirs is None:
         print(f"--merge {path}: the file records no software (older benchmark); not compared")
     elif theirs != mine:
-        text = ", ".join(
-            f"{k}={theirs.get(k)!r} (here {mine.get(k)!r})"
-            for k in sorted(theirs.keys() | mine.keys())
-            if theirs.get(k) != mine.get(k)
-        )
+        text = _differences(theirs, mine)
         if not cfg.other_software:
             raise ValueError(
                 f"--merge {path} ran on other software: {text}; "
                 "pass --other-software to merge it anyway"
             )
         print(f"--merge {path}: other software, merged as asked: {text}")
+    if any("evaluator_build_s" not in r for r in record["runs"].get("brax_ppo", {}).values()):
+        print(
+            f"--merge {path}: its Brax PPO compile_s still counts the evaluator's build and "
+            "the replication check (written before they were left out)"
+        )
     for name, per_seed in record["runs"].items():
         both = sorted(runs[name].keys() & per_seed.keys(), key=int)
         if both:
@@ -262,9 +359,7 @@ def main(cfg: Config) -> None:
         trainers["metarl_gru"] = metarl_ppo(cfg, "gru")
     if cfg.strategy is not None:
         trainers[f"metarl_mlp_{cfg.strategy}"] = metarl_ppo(cfg, "mlp", cfg.strategy)
-    environment = {"jax": jax.__version__, "device": jax.devices()[0].device_kind}
-    if jax.default_backend() == "cpu":  # another CPU or core count: other speeds and returns
-        environment.update(provenance.host_cpu())
+    environment = _environment()
     runs = {name: {} for name in trainers}
     for path in cfg.merge:  # checked before any training: a file that cannot merge costs nothing
         _merge(runs, path, cfg, environment)
@@ -317,14 +412,7 @@ def main(cfg: Config) -> None:
         ratio = med("metarl_gru", "steps_per_sec") / med("metarl_mlp", "steps_per_sec")
         print(f"gru / mlp throughput: {ratio:.2f}")
     if cfg.out:
-        record = {
-            "config": dataclasses.asdict(cfg),
-            **environment,
-            "platform": jax.devices()[0].platform,
-            "software": provenance.software(),
-            "runs": runs,
-            "summary": summary,
-        }
+        record = _record(cfg, environment, runs, summary)
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         Path(cfg.out).write_text(json.dumps(record, indent=1))
         print(f"wrote {cfg.out}")

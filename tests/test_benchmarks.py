@@ -1,10 +1,16 @@
 """The benchmark scripts' own logic (their timings run on demand, not here)."""
 
 import importlib.util
+import inspect
+import json
 import sys
+import types
 from pathlib import Path
+from unittest import mock
 
+import jax.numpy as jnp
 import numpy as np
+import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -31,3 +37,78 @@ def test_the_reproducibility_digest_reads_results_and_not_times():
     assert repro._digest(tree, metrics(1.0, 250.0, 0.4), np.float32(2.0)) == digest
     assert repro._digest(tree, metrics(1.5, 100.0, 3.0), np.float32(2.0)) != digest
     assert repro._digest(tree, metrics(1.0, 100.0, 3.0), np.float32(2.5)) != digest
+
+
+def test_ablate_nofence_is_refused_where_there_is_no_fence():
+    """MJX's fence is a barrier on the CPU only, and only with backend "mjx": on Brax's
+    own backends (and on a GPU) ablate_nofence would time contextual dense again under
+    another name, so the script refuses it before timing anything."""
+    bench = _load("env_throughput")
+    for variant in ("ablate_nofence", "ablate_nofence:pool"):
+        cfg = bench.Config(envs=("inverted_pendulum",), variants=("plain", variant))
+        with pytest.raises(ValueError, match="only there for backend 'mjx' on a CPU"):
+            bench.main(cfg)
+    with pytest.raises(ValueError, match="platform 'gpu'"):
+        with mock.patch.object(bench.jax, "default_backend", return_value="gpu"):
+            bench._check_nofence("hopper", "mjx")
+    bench._check_nofence("hopper", "mjx")  # where the fence is: allowed (tests run on a CPU)
+
+
+def test_ppo_merge_refuses_another_platform(tmp_path, capsys):
+    """A result file records `provenance.platform()`: a file run with other XLA_FLAGS
+    (e.g. --xla_gpu_deterministic_ops=true, which changes the numbers) is refused, naming
+    the field; a file from before the platform was recorded merges, with a note."""
+    bench = _load("ppo_throughput")
+    cfg = bench.Config(seeds=(1,))
+    environment = bench._environment()
+    result = {"steps_per_sec": 1.0, "compile_s": 1.0, "return": 1.0}
+    record = bench._record(
+        cfg, environment, {"brax_ppo": {"0": dict(result, evaluator_build_s=0.1)}}, {}
+    )
+    record["platform"]["XLA_FLAGS"] = "--xla_gpu_deterministic_ops=true"
+    path = tmp_path / "other_flags.json"
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="another platform: XLA_FLAGS='--xla_gpu_determ"):
+        bench._merge({"brax_ppo": {}}, str(path), cfg, environment)
+
+    record["platform"] = "cpu"  # an older file: the backend's name only
+    path.write_text(json.dumps(record))
+    runs = {"brax_ppo": {}}
+    bench._merge(runs, str(path), cfg, environment)
+    assert runs["brax_ppo"] == {"0": dict(result, evaluator_build_s=0.1)}
+    assert "records no platform" in capsys.readouterr().out
+
+
+def test_the_brax_timer_wraps_for_the_call_only():
+    """`_timed` adds each call's wall time under its label, waits for an __init__'s
+    arrays, and puts the original back, also when the call raises; brax_ppo wraps the
+    objects that Brax PPO's train.py looks its callees up on."""
+    bench = _load("ppo_throughput")
+
+    class Built:
+        def __init__(self, n):
+            self.x = jnp.arange(n)
+
+    original = Built.__init__
+    seconds = {}
+    with bench._timed(Built, "__init__", seconds, "build", wait_self=True):
+        assert Built.__init__ is not original
+        assert Built(3).x.tolist() == [0, 1, 2]
+        Built(2)
+    assert Built.__init__ is original and seconds["build"] > 0
+
+    def fails():
+        raise RuntimeError("inside")
+
+    owner = types.SimpleNamespace(f=fails)
+    with pytest.raises(RuntimeError, match="inside"):
+        with bench._timed(owner, "f", seconds, "f"):
+            owner.f()
+    assert owner.f is fails and "f" not in seconds
+
+    from brax.training import acting, pmap
+    from brax.training.agents.ppo import train as brax_train
+
+    assert brax_train.acting.Evaluator is acting.Evaluator and brax_train.pmap is pmap
+    source = inspect.getsource(brax_train.train)
+    assert "acting.Evaluator(" in source and "pmap.assert_is_replicated(" in source
