@@ -36,7 +36,7 @@ program; Brax compiles per call, and with `--compile-cache` loads the programs
 of its later seeds from JAX's persistent cache). Speeds are medians over
 seeds, compile times the first seed's; returns are summarised as the IQM with a 95% bootstrap
 CI, and each metarl trainer's mean return is compared with Brax PPO's: the
-difference of means with its 95% CI (`metarl.stats.difference`). A return
+difference of means with Welch's 95% t interval (`metarl.stats.difference`). A return
 claim needs that interval, not one seed.
 
 Brax 0.14.2's PPO calls `jax.device_put_replicated`, which JAX 0.10 removed
@@ -382,7 +382,7 @@ def main(cfg: Config) -> None:
     base = med("brax_ppo", "steps_per_sec")
     print(
         f"\n{len(runs['brax_ppo'])} seed(s); steps/s: median; compile: first seed; return: "
-        "IQM [95% CI]; vs Brax return: difference of means [95% CI]"
+        "IQM [95% CI]; vs Brax return: difference of means [Welch 95% CI]"
     )
     w = max(map(len, runs)) + 1
     print(

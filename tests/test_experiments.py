@@ -76,15 +76,32 @@ def test_quickstart_resumes_after_a_kill_and_logs_every_tag(tmp_path):
     assert lows[0] > lows[-1] == 5.0
 
 
-def test_quickstart_with_ten_seeds_finishes_and_prints_every_seed(tmp_path):
-    # This very command once hung for good: a vmapped (batched) QR in the
-    # recurrent cores' initialiser deadlocked XLA's CPU thread pool.
-    cmd = [sys.executable, str(ROOT / "experiments" / "quickstart.py")]
-    cmd += ["--logdir", str(tmp_path), "--segments", "1", "--steps-per-segment", "2048"]
+TEN_SEEDS = """
+import sys, jax, numpy as np
+sys.path.insert(0, sys.argv[1])
+import quickstart
+from metarl import contexts as C
+from metarl.agents import ppo
+from metarl.envs import make_contextual
+env = make_contextual("inverted_pendulum", C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)}))
+space = ppo.make_train_space(env, quickstart.Config().ppo, num_seeds=10)
+k_train, k_env, _ = ppo.split_keys(ppo.seed_keys(0, 10), 3)
+ts = ppo.init_training_state(space, k_train)
+flat = np.concatenate([np.asarray(x).reshape(10, -1) for x in jax.tree.leaves(ts.params)], 1)
+print(len({row.tobytes() for row in flat}), bool(np.isfinite(flat).all()))
+"""
+
+
+def test_ten_seeds_of_the_quickstart_agent_initialise_without_hanging():
+    # `quickstart.py --num-seeds 10` once hung for good: a vmapped (batched) QR in
+    # the recurrent cores' initialiser deadlocked XLA's CPU thread pool. The
+    # initialiser of its agent, batched over 10 seeds, in a process of its own
+    # (a hang fails on the timeout); test_runner.py runs seeded experiments whole.
     out = subprocess.run(
-        cmd + ["--num-seeds", "10"] + TINY_PPO, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", TEN_SEEDS, str(ROOT / "experiments")],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    finals = out.stdout.split("Final eval train return per seed:")[1].split("\n")[0].split()
-    assert len(finals) == 10
-    assert {f"seed_{s}" for s in range(10)} | {"aggregate"} <= {p.name for p in tmp_path.iterdir()}
+    assert out.stdout.split() == ["10", "True"]  # ten distinct, finite initialisations
