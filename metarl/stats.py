@@ -42,6 +42,7 @@ of a mean is far too narrow (1000 simulated experiments each, true difference 0:
 5 86% and 88%, where Welch's covered 96% and 98%, 95% and 97%; paired
 exponential differences at 5 seeds: bootstrap 78%, t 88%). Below 2 seeds on a
 side there is no interval.
+
 Why not rliable: it pins an old ``arch`` and pulls pandas and seaborn for plotting; the
 two statistics metarl needs fit in this module (tested against scipy and known cases).
 """
