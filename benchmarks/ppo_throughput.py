@@ -303,12 +303,8 @@ def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> None:
     mine.update(environment)
     theirs = {k: v for k, v in record["config"].items() if k not in ignore}
     theirs.update({k: record.get(k) for k in environment})
-    differ = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
-    if differ:
-        raise ValueError(
-            f"--merge {path} ran other settings: "
-            + ", ".join(f"{k}={theirs.get(k)!r} (here {mine.get(k)!r})" for k in differ)
-        )
+    if differ := _differences(theirs, mine):
+        raise ValueError(f"--merge {path} ran other settings: {differ}")
     theirs, mine = record.get("platform"), provenance.platform()
     if not isinstance(theirs, dict):  # older files: the backend's name, or nothing
         print(
