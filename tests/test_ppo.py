@@ -228,19 +228,21 @@ def _hidden_sign_returns(core: str) -> np.ndarray:
     space = C.ContextSpace({"actuator_gain": C.Choice([-1.0, 1.0], relative=True)})
     env = make_contextual("puck", space, episode_length=50)
     config = ppo.PPOConfig(
-        num_envs=256,
+        num_envs=128,
         unroll_length=25,
         num_minibatches=8,
         clipping_epsilon=0.2,
         core=core,
         rl2_inputs=core != "mlp",
-        learning_rate=3e-4,
+        learning_rate=1e-3,
         entropy_cost=1e-2,
         hidden_size=32,
         policy_hidden=(32,),
         value_hidden=(32,),
     )
-    trained, ts, _ = ppo.train(env, config, 300_000, segments=2)
+    # Config seeds 0-3 at this budget (eval return per sign): gru min 94-107; mlp
+    # min -5 to 23, its other sign 93-122.
+    trained, ts, _ = ppo.train(env, config, 150_000, segments=2)
     signs = E.ContextSet("train", {"actuator_gain": np.array([-1.0, 1.0], np.float32)})
     result = E.Evaluator(env, episodes=4, max_contexts=2).evaluate(
         ppo.make_policy(trained, ts), signs, jax.random.key(3)
