@@ -598,7 +598,8 @@ class Run:
 
 def _over_seeds(tag: str, scores: np.ndarray) -> dict[str, float]:
     """An aggregate scalar over seeds of one score per seed: the mean, the IQM and
-    the IQM's 95% CI (the mean can lie outside it), over the seeds with a finite
+    the IQM's 95% CI (the mean can lie outside it; NaN below
+    `stats.MIN_SEEDS_FOR_CI`), over the seeds with a finite
     score, and how many seeds were left out for a non-finite one."""
     agg = stats.summarize(np.asarray(scores, float))
     return {

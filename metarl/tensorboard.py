@@ -21,7 +21,8 @@ Tags (``step`` is always the environment-step count):
   labelled, the ranges trained on in that segment outlined; logged at every segment.
 * With several seeds, ``<logdir>/seed_<s>`` holds each seed's run and
   ``<logdir>/aggregate`` the ``<tag>`` mean, ``<tag>/iqm``, the IQM's 95% CI
-  ``<tag>/iqm_ci_low`` and ``<tag>/iqm_ci_high`` over the seeds with a finite score,
+  ``<tag>/iqm_ci_low`` and ``<tag>/iqm_ci_high`` over the seeds with a finite score
+  (NaN below `metarl.stats.MIN_SEEDS_FOR_CI` such seeds),
   and ``<tag>/nonfinite_seeds`` (the seeds left out), for every eval return, gap
   and adaptation-curve point (see `metarl.stats`); ``return_std``, a spread within
   one seed, is per seed only.

@@ -558,11 +558,13 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path, monkeypatc
     # the adaptation curve over seeds, as every aggregate scalar: mean, IQM and 95% CI
     second = rows[0]["episodes"][1]  # episode 2 of a trial, per seed
     curve = stats.summarize(second)
-    for suffix, value in (("", curve.mean), ("/iqm_ci_low", curve.ci_low), ("/iqm", curve.iqm)):
+    for suffix, value in (("", curve.mean), ("/iqm", curve.iqm)):
         got = agg[f"eval/train/episode_2/return{suffix}"][0][1]
         assert got == pytest.approx(value, rel=1e-5, abs=1e-3), suffix
-    (_, low), (_, high) = (agg[f"eval/train/return/iqm_ci_{s}"][0] for s in ("low", "high"))
-    assert low <= min(rows[0]["train"]) + 1e-3 and high >= max(rows[0]["train"]) - 1e-3
+    # 2 seeds are below stats.MIN_SEEDS_FOR_CI: the CI is logged as NaN, not as an
+    # interval that would cover the truth half the time
+    for tag in ("eval/train/episode_2/return", "eval/train/return"):
+        assert all(np.isnan(agg[f"{tag}/iqm_ci_{s}"][0][1]) for s in ("low", "high")), tag
     # The same estimand as the printed table: one score per seed (its mean over the
     # contexts), not every (seed, context) score as if the contexts were independent runs.
     want = stats.summarize(rows[0]["train"])
@@ -572,7 +574,8 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path, monkeypatc
         ("/iqm_ci_high", want.ci_high),
         ("/nonfinite_seeds", 0),
     ):
-        assert agg[f"eval/train/return{suffix}"][0][1] == pytest.approx(value, rel=1e-5, abs=1e-3)
+        got = agg[f"eval/train/return{suffix}"][0][1]
+        assert got == pytest.approx(value, rel=1e-5, abs=1e-3, nan_ok=True), suffix
 
 
 def _heatmaps(monkeypatch) -> list[tuple]:
