@@ -1,7 +1,8 @@
 """Samples physics contexts and rolls out a random policy in each.
 
 A first look at a contextual env: every env draws its own gravity and cart
-and pole masses, every episode draws anew, and the table shows what each env got.
+and pole masses, every episode draws anew, and the table shows, for each env's
+first finished episodes, the context that episode ran in and its return.
 
     python experiments/random_contexts.py --num-envs 8 --steps 300
 """
@@ -24,6 +25,7 @@ class Config:
     num_envs: int = 8
     steps: int = 300
     seed: int = 0
+    episodes_shown: int = 3  # finished episodes listed per env
 
 
 def main(cfg: Config) -> None:
@@ -36,32 +38,34 @@ def main(cfg: Config) -> None:
     env = make_contextual(cfg.env, space, episode_length=200)
     keys = jax.random.split(jax.random.key(cfg.seed), cfg.num_envs)
     state = jax.jit(jax.vmap(env.reset))(keys)
-    first = {k: np.asarray(v) for k, v in state.info[CONTEXT].items()}
 
     @jax.jit
     def rollout(state, key):
         def body(s, k):
             a = jax.random.uniform(k, (cfg.num_envs, env.action_size), minval=-1, maxval=1)
+            ran_in = s.info[CONTEXT]  # after the step, a done env holds its next context
             s = jax.vmap(env.step)(s, a)
-            t = s.info[TRIAL]
-            return s, (s.done, t.episode_return)
+            return s, (s.done, s.info[TRIAL].episode_return, ran_in)
 
         return jax.lax.scan(body, state, jax.random.split(key, cfg.steps))
 
-    state, (done, returns) = rollout(state, jax.random.key(cfg.seed + 1))
+    state, (done, returns, contexts) = rollout(state, jax.random.key(cfg.seed + 1))
     done, returns = np.asarray(done), np.asarray(returns)
-    print(
-        f"{'env':>4} {'gravity':>8} {'mass scale per body':>24} {'episodes':>9} {'mean return':>12}"
-    )
+    contexts = {k: np.asarray(v) for k, v in contexts.items()}
+    print(f"{'env':>4} {'episode':>8} {'gravity':>8} {'mass scale per body':>24} {'return':>8}")
     for i in range(cfg.num_envs):
-        ended = returns[done[:, i] > 0, i]
-        mass = " ".join(f"{m:.2f}" for m in first["mass"][i])
-        mean = f"{ended.mean():12.1f}" if len(ended) else f"{'-':>12}"
-        print(f"{i:>4} {first['gravity'][i]:8.2f} {mass:>24} {len(ended):>9} {mean}")
-    print(
-        "contexts now (after resampling): gravity",
-        np.round(np.asarray(state.info[CONTEXT]["gravity"]), 2),
-    )
+        ends = np.flatnonzero(done[:, i] > 0)
+        for j, t in enumerate(ends[: cfg.episodes_shown]):
+            mass = " ".join(f"{m:.2f}" for m in contexts["mass"][t, i])
+            print(
+                f"{i:>4} {j + 1:>8} {contexts['gravity'][t, i]:8.2f} {mass:>24} "
+                f"{returns[t, i]:8.1f}"
+            )
+        print(
+            f"{i:>4} {len(ends):>8} episodes finished, mean return "
+            + (f"{returns[ends, i].mean():.1f}" if len(ends) else "-")
+            + " (each in its own context)"
+        )
 
 
 if __name__ == "__main__":

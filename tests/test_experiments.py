@@ -105,3 +105,20 @@ def test_ten_seeds_of_the_quickstart_agent_initialise_without_hanging():
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["10", "True"]  # ten distinct, finite initialisations
+
+
+def test_random_contexts_lists_each_episode_with_the_context_it_ran_in(capsys):
+    # Every episode draws a new context: the rows of one env must show the gravity
+    # each of its episodes ran in (distinct draws, within the space), not the first
+    # reset's gravity next to every episode's return.
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        import random_contexts
+    finally:
+        sys.path.remove(str(ROOT / "experiments"))
+    random_contexts.main(random_contexts.Config(num_envs=2, steps=60, episodes_shown=3))
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    episodes = [r for r in rows if r[0] == "0" and r[2] != "episodes"]
+    gravities = [float(r[2]) for r in episodes]
+    assert len(gravities) == 3 and len(set(gravities)) == 3, rows
+    assert all(5.0 <= g <= 15.0 for g in gravities)
