@@ -14,6 +14,7 @@ import functools
 import hashlib
 import inspect
 import json
+import math
 import os
 import pathlib
 import socket
@@ -215,9 +216,23 @@ def run_logdirs(logdir: pathlib.Path) -> list[pathlib.Path]:
     return [logdir, *sorted(logdir.glob("seed_*")), logdir / "aggregate"]
 
 
+def _same(a: Any, b: Any) -> bool:
+    """`a == b` for JSON values, with NaN equal to NaN (a NaN setting recorded in
+    run.json is the same setting: ``nan != nan`` would refuse every resume)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
 def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
     return {
-        k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
+        k: (old.get(k), new.get(k))
+        for k in sorted(set(old) | set(new))
+        if not _same(old.get(k), new.get(k))
     }
 
 

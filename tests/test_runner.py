@@ -696,3 +696,14 @@ def test_a_comparison_of_variants_prints_paired_differences_from_the_first(tmp_p
     one_seed = {k: [{**r[0], "train_return": 1.0, "train": 1.0}] for k, r in results.items()}
     experiment.print_comparison(one_seed, tmp_path)
     assert "Difference from" not in capsys.readouterr().out  # one seed: no interval
+
+
+def test_a_nan_setting_is_the_same_setting_on_resume(tmp_path):
+    # nan != nan: a script field defaulting to NaN once refused every resume as changed
+    config = {"seed": 0, "script.min_return": float("nan"), "script.bounds": [1.0, float("nan")]}
+    rundir.check_identity(tmp_path, config, "auto")
+    rundir.check_identity(tmp_path, dict(config), "auto")  # the same run: accepted
+    with pytest.raises(SystemExit, match="script.min_return: run has nan, now 3.0"):
+        rundir.check_identity(tmp_path, {**config, "script.min_return": 3.0}, "auto")
+    with pytest.raises(SystemExit, match="script.bounds"):
+        rundir.check_identity(tmp_path, {**config, "script.bounds": [1.0, 2.0]}, "auto")
