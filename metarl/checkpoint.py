@@ -137,15 +137,24 @@ def save(directory, step: int, state, *, keep: int = 3) -> pathlib.Path:
     """Writes `state` (any pytree of arrays) as checkpoint `step` under `directory`.
 
     Returns the step's directory once the checkpoint is complete on disk, after
-    deleting all but the last `keep` steps. Raises ValueError if `step` exists.
+    deleting all but the last `keep` steps. Raises ValueError if `step` exists or
+    is below the newest step there: orbax keeps the `keep` steps saved last, so an
+    older step saved after a newer one would delete a newer checkpoint.
     """
     directory = pathlib.Path(directory).absolute()
     if not isinstance(step, int | np.integer) or isinstance(step, bool) or step < 0:
         raise ValueError(f"checkpoint step must be an integer >= 0, got {step!r}")
     if not isinstance(keep, int | np.integer) or isinstance(keep, bool) or keep < 1:
         raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
-    if step in all_steps(directory):
+    steps = all_steps(directory)
+    if step in steps:
         raise ValueError(f"checkpoint step {step} already exists in {directory}; not overwritten")
+    if steps and step < max(steps):
+        raise ValueError(
+            f"checkpoint step {step} is below the newest step {max(steps)} in {directory}: "
+            f"saving it would delete newer steps (keep={keep} keeps the steps saved last). "
+            "Save steps in increasing order, or into another directory"
+        )
     described, leaves, treedef = _flatten(state)
     _one_process(leaves, "save")
     items = {str(i): x for i, x in enumerate(leaves) if np.size(x)}  # orbax refuses size 0

@@ -194,6 +194,9 @@ def test_errors_are_clear(tmp_path):
         ckpt.restore(tmp_path, state, step=2)
     with pytest.raises(ValueError, match="already exists"):
         ckpt.save(tmp_path, 1, {"x": np.zeros(3), "space": state["space"]})
+    # orbax keeps the steps saved last: step 0 saved after step 1 would delete step 1
+    with pytest.raises(ValueError, match="below the newest step 1"):
+        ckpt.save(tmp_path, 0, state, keep=1)
     assert np.array_equal(ckpt.restore(tmp_path, state)["x"], np.arange(3.0))
     with pytest.raises(ValueError, match="keep"):
         ckpt.save(tmp_path, 2, state, keep=0)
