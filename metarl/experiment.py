@@ -52,6 +52,7 @@ from tqdm import tqdm
 from metarl import checkpoint, stats
 from metarl import evaluation as E
 from metarl.agents import ppo
+from metarl.agents.ppo.config import check_seeds
 from metarl.contexts import ContextSpace, LogUniform, PerEnv
 from metarl.envs import CONTEXT, ContextualEnv
 from metarl.rundir import (
@@ -301,8 +302,9 @@ class Run:
         num_seeds: int,
         compiled: Compiled | None = None,
     ):
-        if not isinstance(num_seeds, int) or num_seeds < 1:
+        if not isinstance(num_seeds, int) or isinstance(num_seeds, bool) or num_seeds < 1:
             raise ValueError(f"num_seeds must be an integer >= 1, got {num_seeds!r}")
+        check_seeds(seed, num_seeds)
         if exp.ppo.seed != seed:
             raise ValueError(
                 f"the run's seed is {seed} but its PPO config says seed={exp.ppo.seed}: "
@@ -634,9 +636,14 @@ def run(
     progress (or, arriving after its last chunk, once the segment is saved),
     keeps the last checkpoint and exits with status 130.
     """
-    for name, value in (("segments", segments), ("steps_per_segment", steps_per_segment)):
+    for name, value in (
+        ("segments", segments),
+        ("steps_per_segment", steps_per_segment),
+        ("num_seeds", num_seeds),
+    ):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    check_seeds(seed, num_seeds)
     if resume not in RESUME_MODES:
         raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
     if jax.process_count() > 1:

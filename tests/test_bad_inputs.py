@@ -102,6 +102,31 @@ ROWS = [
     ],
     ("seed=abc", config(seed="abc"), TypeError, "seed must be an int"),
     ("seed=1.5", config(seed=1.5), TypeError, "seed must be an int"),
+    # jax.random.key keeps 32 bits: seed 2**32 would be seed 0's run, -1 seed 2**32 - 1's
+    ("seed=-1", config(seed=-1), ValueError, "seed -1 outside 0..4294967295"),
+    ("seed=2**32", config(seed=2**32), ValueError, "seed 4294967296 outside"),
+    (
+        "seed_keys past 2**32",
+        lambda: ppo.seed_keys(2**32 - 1, 2),
+        ValueError,
+        "seeds 4294967295..4294967296 outside",
+    ),
+    (
+        "run seeds past 2**32",
+        lambda: experiment.run(
+            None, logdir="/tmp/x", segments=1, steps_per_segment=1, seed=2**32 - 1, num_seeds=3
+        ),
+        ValueError,
+        "would repeat another one's run",
+    ),
+    (
+        "run num_seeds 0",
+        lambda: experiment.run(
+            None, logdir="/tmp/x", segments=1, steps_per_segment=1, seed=0, num_seeds=0
+        ),
+        ValueError,
+        "num_seeds must be an integer >= 1",
+    ),
     *[
         (f"{f}={v!r}", config(**{f: v}), err, msg)
         for f in ("policy_hidden", "value_hidden")
@@ -135,6 +160,27 @@ ROWS = [
     ("num_steps=str", run_train("abc"), TypeError, "num_steps must be an int"),
     ("num_steps=2.5", run_train(2.5), TypeError, "num_steps must be an int"),
     ("num_steps=True", run_train(True), TypeError, "num_steps must be an int"),
+    *[
+        (f"chunks={v!r}", run_train(chunks=v), ValueError, "chunks must be an int >= 1")
+        for v in (0, -3, 2.5)
+    ],
+    *[
+        (
+            f"train {name}={v!r}",
+            lambda name=name, v=v: ppo.train(
+                env(), ppo.PPOConfig(**SMALL), **{"num_timesteps": 1000, name: v}, space=space()
+            ),
+            ValueError,
+            f"train: {name} must be an int >= 1",
+        )
+        for name, v in (
+            ("num_timesteps", 0),
+            ("num_timesteps", -1000),
+            ("num_timesteps", 1000.7),
+            ("segments", 0),
+            ("segments", -1),
+        )
+    ],
     ("env state of 16 envs", lambda: run_train(es=other_size_state())(), ValueError, "num_envs"),
     (
         "ts of another agent",

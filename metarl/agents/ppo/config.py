@@ -26,6 +26,24 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# jax.random.key(seed) keeps the seed's low 32 bits: seeds 2**32 apart (or -1 and
+# 2**32 - 1) would be the same run under two names.
+SEEDS = range(2**32)
+
+
+def check_seeds(seed: int, num_seeds: int, what: str = "seed") -> None:
+    """Seeds seed, ..., seed + num_seeds - 1 must be ints in `SEEDS`."""
+    if not _is_int(seed):
+        raise TypeError(f"{what} must be an int, got {seed!r}")
+    last = seed + num_seeds - 1
+    if seed < SEEDS.start or last >= SEEDS.stop:
+        span = f"seed {seed}" if num_seeds == 1 else f"seeds {seed}..{last}"
+        raise ValueError(
+            f"{what}: {span} outside 0..{SEEDS.stop - 1}; jax.random.key keeps a seed's "
+            "low 32 bits, so such a seed would repeat another one's run"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
     """PPO hyperparameters. Invalid values or combinations raise at construction
@@ -56,6 +74,7 @@ class PPOConfig:
 
     def __post_init__(self):
         self._check_types()
+        check_seeds(self.seed, 1, "PPOConfig.seed")
         for name in (*_POSITIVE_INTS, "hidden_size"):
             if getattr(self, name) < 1:
                 raise ValueError(

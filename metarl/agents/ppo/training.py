@@ -19,7 +19,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from metarl.agents.agent import Agent
-from metarl.agents.ppo.config import PPOConfig
+from metarl.agents.ppo.config import PPOConfig, check_seeds
 from metarl.agents.ppo.learner import IterationStats, TrainingState, iterate_fn
 from metarl.agents.ppo.rollout import EnvState
 from metarl.compilation import count_compilations
@@ -180,6 +180,7 @@ def make_train_space(
 
 def seed_keys(seed: int, num_seeds: int | None = None) -> jax.Array:
     """``jax.random.key(seed)``, or the keys of seeds seed, seed+1, ... stacked [num_seeds]."""
+    check_seeds(seed, 1 if num_seeds is None else num_seeds)
     if num_seeds is None:
         return jax.random.key(seed)
     return jnp.stack([jax.random.key(seed + k) for k in range(num_seeds)])
@@ -295,11 +296,13 @@ def run_train(
       metrics is a list of such dicts, one per seed.
     """
     _check_run(space, training_state, env_state, num_steps)
+    if not isinstance(chunks, int | np.integer) or isinstance(chunks, bool) or chunks < 1:
+        raise ValueError(f"run_train: chunks must be an int >= 1, got {chunks!r}")
     if context is not None:
         env_state = space.set_ranges(env_state, _ranges_arg(space, context))
     batch = space.config.batch_size
     total = math.ceil(num_steps / batch)
-    sizes = [len(c) for c in np.array_split(np.arange(total), min(max(1, chunks), total))]
+    sizes = [len(c) for c in np.array_split(np.arange(total), min(chunks, total))]
     sums = None
     start, done = time.perf_counter(), 0
     with count_compilations() as compiles:  # the first segment compiles the loop
@@ -426,6 +429,9 @@ def train(
     (its seed aside), whose compiled programs are reused: another seed trains
     without compiling. Returns (space, training_state, per-segment metrics).
     """
+    for name, value in (("num_timesteps", num_timesteps), ("segments", segments)):
+        if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"train: {name} must be an int >= 1, got {value!r}")
     if space is None:
         space = make_train_space(env, config, num_seeds)
     else:
