@@ -84,7 +84,10 @@ def ADR(  # noqa: N802
     segment's entries for it (measured at the old value) are dropped. Envs with no
     completed episode in the segment contribute nothing, and neither does an episode
     whose trial started before the segment (it ran in a context drawn under the earlier
-    assignment: `TrialInfo.current_ranges`); a segment should last a few episodes.
+    assignment: `TrialInfo.current_ranges`). A segment must give each env a few trials:
+    otherwise the longest, most successful trials never end inside one and are never
+    credited; `metarl.experiment.run` refuses fewer than two trials' worth of steps
+    per env (`MIN_TRIALS_PER_SEGMENT`).
     Per-element parameters move together: each element by `delta` times its own
     target width.
 

@@ -24,10 +24,11 @@ from metarl.envs import make_contextual
 @dataclasses.dataclass(frozen=True)
 class Config(experiment.RunArgs):
     logdir: str = "runs/adr_hopper"
-    segments: int = 10
-    steps_per_segment: int = 2_000_000
-    """About two 1000-step episodes per env (2M steps / 1024 envs): ADR credits a
-    boundary only with episodes that started under it."""
+    segments: int = 5
+    steps_per_segment: int = 4_000_000
+    """About four 1000-step episodes per env (4M steps / 1024 envs): ADR credits a
+    boundary only with episodes that start and end inside a segment, and a run
+    refuses fewer than two episodes' worth per env (`experiment.MIN_TRIALS_PER_SEGMENT`)."""
     seed: int = 0
     backend: str = "generalized"
     low_threshold: float = 300.0  # returns below this at a boundary shrink it

@@ -17,6 +17,10 @@ from metarl import experiment
 from metarl.agents.ppo import PPOConfig
 from metarl.envs import make_contextual
 
+# ADR credits a boundary only with episodes that start and end inside one segment
+# (metarl.experiment.MIN_TRIALS_PER_SEGMENT): each env plays several per segment
+EPISODE_LENGTH = 200
+
 
 @dataclasses.dataclass(frozen=True)
 class Config(experiment.RunArgs):
@@ -26,7 +30,7 @@ class Config(experiment.RunArgs):
     seed: int = 0
     widening_segments: int = 4  # linear widening: segments after which the ranges are the target
     ppo: PPOConfig = PPOConfig(
-        num_envs=128,
+        num_envs=64,  # 50k steps per segment: about 780 steps, 3.9 episodes, per env
         unroll_length=16,
         num_minibatches=4,
         learning_rate=3e-4,
@@ -42,8 +46,14 @@ def curricula_to_compare(widening_segments: int) -> dict[str, curricula.Curricul
     return {
         "fixed_dr": curricula.LinearWidening(start=1.0, segments=1),
         "linear": curricula.LinearWidening(start=0.1, segments=widening_segments),
+        # returns out of EPISODE_LENGTH (reward 1 per step upright): widen a boundary at
+        # 90% of it, shrink at 40%
         "adr": curricula.ADR(
-            start=0.1, delta=0.2, low_threshold=200.0, high_threshold=450.0, buffer_size=4
+            start=0.1,
+            delta=0.2,
+            low_threshold=0.4 * EPISODE_LENGTH,
+            high_threshold=0.9 * EPISODE_LENGTH,
+            buffer_size=4,
         ),
     }
 
@@ -55,7 +65,7 @@ def main(cfg: Config) -> dict[str, list[dict]]:
             "mass": C.Scale(0.3, 3.0, per_element=True),  # x default
         }
     )
-    env = make_contextual("inverted_pendulum", target, episode_length=500)
+    env = make_contextual("inverted_pendulum", target, episode_length=EPISODE_LENGTH)
     variants = {
         name: experiment.Experiment(
             env=env,

@@ -613,6 +613,41 @@ def _over_seeds(tag: str, scores: np.ndarray) -> dict[str, float]:
     }
 
 
+# A per-env curriculum (ADR) credits an env only with trials that start and end
+# inside one segment (`TrialInfo.current_ranges`): the trial running when a segment
+# starts ran under the earlier assignment. Two trials' worth of steps per env is the
+# least that always fits one whole trial after it; fewer, and the trials that last
+# longest, the successful ones, are never credited (compare_curricula once ran ADR
+# at 400 steps per env per segment with 500-step episodes: it could not widen).
+MIN_TRIALS_PER_SEGMENT = 2
+
+
+def check_segment_length(exp: Experiment, steps_per_segment: int) -> None:
+    """Refuses a per-env curriculum whose segment gives each env fewer than
+    `MIN_TRIALS_PER_SEGMENT` trials' worth of steps."""
+    state = exp.curriculum.init(
+        exp.target,
+        defaults=exp.env.default_context(),
+        num_envs=exp.ppo.num_envs,
+        key=jax.random.key(0),
+    )
+    if not isinstance(exp.curriculum.ranges(state), PerEnv):
+        return
+    config, env = exp.ppo, exp.env
+    per_env = math.ceil(steps_per_segment / config.batch_size) * config.unroll_length
+    trial = env.episode_length * env.episodes_per_trial
+    if per_env < MIN_TRIALS_PER_SEGMENT * trial:
+        need = math.ceil(MIN_TRIALS_PER_SEGMENT * trial / config.unroll_length)
+        raise ValueError(
+            f"steps_per_segment={steps_per_segment} gives each of the {config.num_envs} envs "
+            f"{per_env} steps per segment, under {MIN_TRIALS_PER_SEGMENT} trials of {trial} "
+            "steps: a per-env curriculum (ADR) credits only trials that start and end within "
+            "a segment, so its longest (most successful) trials would never count. Use "
+            f"steps_per_segment >= {need * config.batch_size}, or fewer envs or shorter "
+            "episodes"
+        )
+
+
 def run(
     exp: Experiment,
     *,
@@ -653,6 +688,7 @@ def run(
             "hosts yet. On several hosts, train with metarl.agents.ppo (make_train_space, "
             "run_train) in your own loop"
         )
+    check_segment_length(exp, steps_per_segment)
     r = Run(exp, logdir, seed, num_seeds, compiled)
     with contextlib.ExitStack() as stack, _interruptible() as flag:
         stack.enter_context(exclusive(r.logdir))
@@ -719,6 +755,8 @@ def run_variants(
     """Runs each experiment under ``<logdir>/<name>`` (same budget, seeds and held-out
     sets), sharing compiled pieces between variants of the same env and settings,
     and prints one comparison line per variant."""
+    for exp in variants.values():  # before any variant trains
+        check_segment_length(exp, steps_per_segment)
     results, shared = {}, []
     for name, exp in variants.items():
         print(f"\n== {name} ==")

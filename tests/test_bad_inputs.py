@@ -545,3 +545,26 @@ def test_bad_input_gets_a_clear_error(make, error, phrase):
     with pytest.raises(error) as info:
         make()
     assert phrase.lower() in str(info.value).lower(), str(info.value)
+
+
+def test_an_adr_segment_too_short_for_whole_trials_is_refused_before_anything_runs(tmp_path):
+    # Puck's episodes last 20 steps here; SMALL trains 8 envs x 4 steps per iteration.
+    # ADR credits only trials begun and ended inside a segment: 64 steps per segment are
+    # 8 per env, and the refusal names the least budget that fits 2 trials per env.
+    def exp(curriculum):
+        return experiment.Experiment(env(), G, curriculum, ppo.PPOConfig(**SMALL))
+
+    adr = exp(curricula.ADR(0.5, 0.1, 1.0, 5.0, 4))
+    with pytest.raises(ValueError, match=r"8 steps per segment.*steps_per_segment >= 320"):
+        experiment.run(adr, logdir=tmp_path / "a", segments=1, steps_per_segment=64, seed=0)
+    experiment.check_segment_length(adr, 320)  # 10 iterations: 40 steps per env
+    with pytest.raises(ValueError, match="steps_per_segment >= 320"):
+        experiment.check_segment_length(adr, 288)  # 9 iterations: 36 steps per env
+    experiment.check_segment_length(exp(curricula.LinearWidening(0.5, 2)), 64)  # shared ranges
+    # run_variants refuses before its first variant trains
+    variants = {"fixed": exp(curricula.LinearWidening(1.0, 1)), "adr": adr}
+    with pytest.raises(ValueError, match="per-env curriculum"):
+        experiment.run_variants(
+            variants, logdir=tmp_path / "v", segments=1, steps_per_segment=64, seed=0
+        )
+    assert not (tmp_path / "a").exists() and not (tmp_path / "v").exists()
