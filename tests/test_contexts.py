@@ -180,6 +180,12 @@ BOX = """<mujoco><option><flag FLAG/></option><worldbody>
         ('gravity="disable"', "", "", "gravity", "switches gravity off"),
         ('frictionloss="disable"', "", "", "frictionloss", "dofs x would not change"),
         ('damper="disable"', "", "", "viscosity", "springs or dampers off"),
+        # MJX skips every passive force if springs or dampers are off, and actuator
+        # forces if actuation is off (Brax's own backends ignore these flags)
+        ('damper="disable"', "", "", "damping", 'sets <flag damper="disable"/>'),
+        ('spring="disable"', "", "", "damping", 'sets <flag spring="disable"/>'),
+        ('spring="disable"', "", "", "stiffness", "switches spring or damper off"),
+        ('actuation="disable"', "", "", "actuator_gain", "switches actuation off"),
     ],
 )
 def test_a_context_the_models_flags_or_contact_rules_never_read_is_refused(
@@ -192,6 +198,9 @@ def test_a_context_the_models_flags_or_contact_rules_never_read_is_refused(
         C.bind(C.ContextSpace({name: C.Scale(0.5, 2.0)}), model, "mjx")
     if flag == "" and floor == 'priority="1"':  # the floor's own friction is read
         C.bind(C.ContextSpace({"friction[floor]": C.Scale(0.5, 2.0)}), model, "mjx")
+    if name in ("damping", "stiffness", "actuator_gain"):  # the flag is what refuses it
+        unflagged = _model(BOX.replace("FLAG", "").replace("FLOOR", "").replace("BOX", ""))
+        C.bind(C.ContextSpace({name: C.Uniform(0.5, 2.0)}), unflagged, "mjx")
 
 
 def test_geom_size_is_refused_where_a_geom_collides_with_a_height_field():

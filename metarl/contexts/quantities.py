@@ -197,7 +197,11 @@ def _subtree_matrix(sys) -> np.ndarray:
 
 
 def spring_scale_check(field: str, quantity: str):
-    """A `requires` check: `quantity` does nothing on positional/spring where `field` >= 1."""
+    """A `requires` check: `quantity` does nothing on positional/spring where `field` >= 1.
+
+    Below 1 those backends simulate the written value v as ``v ** (1 - field)``; the
+    context stays the MJCF value (the env as if its model declared v), which is what
+    Brax's own randomisation writes too, so the exponent applies to every value alike."""
 
     def check(sys, backend):
         if not _brax(sys):
@@ -418,6 +422,28 @@ def _enable_fluid(sys, backend):
     return sys.replace(opt=sys.opt.replace(_impl=impl))
 
 
+def _off_on_mjx(name: str, flags: tuple[str, ...], what: str):
+    """A `requires` check: on mjx, `name` does nothing where the model's <flag> switches
+    off any of `flags` (`mjtDisableBit` names without the mjDSBL_ prefix). Brax's own
+    backends ignore these flags."""
+
+    def check(sys, backend):
+        off = [f for f in flags if _disabled(sys, getattr(mujoco.mjtDisableBit, f"mjDSBL_{f}"))]
+        if backend != "mjx" or not off:
+            return None
+        set_off = " or ".join(f'{f.lower()}="disable"' for f in off)
+        return (
+            f"'{name}' acts through {what}, which MJX skips when the model switches "
+            f"{' or '.join(f.lower() for f in flags)} off (this model sets <flag {set_off}/>), "
+            "so varying it would not vary that force; remove the flag from the model to vary it"
+        )
+
+    return check
+
+
+_PASSIVE = ("SPRING", "DAMPER")  # MJX skips every passive force if either is off
+
+
 def _fluid_check(sys, backend):
     if _disabled(sys, mujoco.mjtDisableBit.mjDSBL_SPRING) or _disabled(
         sys, mujoco.mjtDisableBit.mjDSBL_DAMPER
@@ -582,6 +608,7 @@ QUANTITIES: dict[str, Quantity] = {
         apply=_damping[1],
         backends=_JOINT_BACKENDS,
         unsupported_hint=_JOINT_HINT.format(name="damping"),
+        requires=_off_on_mjx("damping", _PASSIVE, "MuJoCo's passive forces"),
     ),
     "armature": Quantity(
         units="kg m^2",
@@ -598,6 +625,7 @@ QUANTITIES: dict[str, Quantity] = {
         apply=_stiffness_apply,
         backends=_JOINT_BACKENDS,
         unsupported_hint=_JOINT_HINT.format(name="stiffness"),
+        requires=_off_on_mjx("stiffness", _PASSIVE, "MuJoCo's passive forces"),
         live=_springy_joints,
         dead_hint="it is a free or ball joint: MJX pulls such a joint back to its initial pose "
         "while Brax's generalized backend ignores its stiffness, so only hinge and slide joints "
@@ -611,6 +639,7 @@ QUANTITIES: dict[str, Quantity] = {
         apply=_gain_apply,
         lower=None,
         prepare=_gear_read_by,
+        requires=_off_on_mjx("actuator_gain", ("ACTUATION",), "the actuator forces"),
     ),
     "geom_size": Quantity(
         units="x default",
@@ -684,6 +713,7 @@ QUANTITIES: dict[str, Quantity] = {
         apply=_kp_apply,
         backends=_MJX,
         unsupported_hint=_MJX_HINT,
+        requires=_off_on_mjx("actuator_kp", ("ACTUATION",), "the actuator forces"),
         live=_position_servos,
         dead_hint="it is not a position servo (affine bias with biasprm[1] = -gainprm[0] = "
         "-kp): vary 'actuator_gain' for motors",
@@ -695,6 +725,7 @@ QUANTITIES: dict[str, Quantity] = {
         apply=_kd_apply,
         backends=_MJX,
         unsupported_hint=_MJX_HINT,
+        requires=_off_on_mjx("actuator_kd", ("ACTUATION",), "the actuator forces"),
         live=lambda sys, backend: np.asarray(sys.actuator_biastype) == _AFFINE,
         dead_hint="its bias is not affine, so MuJoCo never reads a damping gain for it",
     ),
