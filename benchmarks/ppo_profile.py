@@ -9,7 +9,9 @@ once, in turn), so
     one SGD epoch = (t[epochs] - t[1]) / (epochs - 1)
     rollout, critic and the rest = t[1] - one SGD epoch
 
-(milliseconds per iteration, medians over rounds). On a GPU this says whether
+(milliseconds per iteration; each round's differences, then their median over
+rounds). Every call starts from the same initial state, so that both programs
+roll out the same first iteration (`_call`). On a GPU this says whether
 a recurrent core loses its time in the learner's loop over time or in the
 rollout. It also counts the operations XLA runs per time step inside the
 gradient's loops over time (forward and backward; on a GPU each one is a
@@ -30,6 +32,7 @@ import re
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import tyro
 
@@ -95,11 +98,17 @@ def loop_ops(run) -> list[int]:
 
 
 def _call(run, steps: int) -> float:
+    """One timed call from the run's initial state (a copy: the trainer donates it).
+
+    Every call of every program starts from the same state, so the 1-epoch and the
+    full program roll out the same first iteration; carried from call to call they
+    would train apart, end different numbers of episodes and reset differently,
+    and their difference would not be the SGD alone."""
     space, ts, es = run
+    ts, es = jax.block_until_ready(jax.tree.map(jnp.copy, (ts, es)))
     start = time.perf_counter()
-    ts, es, _ = ppo.run_train(space, ts, es, steps)
-    jax.block_until_ready((ts, es))
-    run[1], run[2] = ts, es
+    out = ppo.run_train(space, ts, es, steps)
+    jax.block_until_ready(out[:2])
     return time.perf_counter() - start
 
 
@@ -130,17 +139,19 @@ def main(cfg: Config) -> dict[str, dict[str, float]]:
     )
     out = {}
     for core in cfg.cores:
-        one, full = (float(np.median(times[(core, e)])) for e in (1, cfg.epochs))
-        epoch = (full - one) / (cfg.epochs - 1)
+        # paired rounds: the differences are taken round by round, then the median
+        one, full = (np.asarray(times[(core, e)]) for e in (1, cfg.epochs))
+        epochs = (full - one) / (cfg.epochs - 1)
+        full, epoch, rest = (float(np.median(x)) for x in (full, epochs, one - epochs))
         ops = loop_ops(runs[(core, cfg.epochs)])
         out[core] = {
             "iteration_ms": full,
             "sgd_epoch_ms": epoch,
-            "rollout_rest_ms": one - epoch,
+            "rollout_rest_ms": rest,
             "loop_ops": ops,
         }
         print(
-            f"{core:<6}{full:>11.1f}{epoch:>11.1f}{epoch * cfg.epochs:>11.1f}{one - epoch:>14.1f}"
+            f"{core:<6}{full:>11.1f}{epoch:>11.1f}{epoch * cfg.epochs:>11.1f}{rest:>14.1f}"
             f"{' + '.join(map(str, ops)) or '-':>36}"
         )
     base = out[cfg.cores[0]]
