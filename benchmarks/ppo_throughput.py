@@ -271,14 +271,17 @@ def _environment() -> dict:
     return environment
 
 
-def _record(cfg: Config, environment: dict, runs: dict, summary: dict) -> dict:
-    """What --out writes, and --merge reads back."""
+def _record(cfg: Config, environment: dict, runs: dict, summary: dict, merged: list) -> dict:
+    """What --out writes, and --merge reads back. `platform` and `software` are this
+    process's, for the seeds it trained; `merged` holds the provenance of the seeds
+    it took from --merge files (each checked again when this file is merged)."""
     return {
         "config": dataclasses.asdict(cfg),
         **environment,
         "platform": provenance.platform(),  # XLA_FLAGS, ...: compared on --merge
         "software": provenance.software(),
         "runs": runs,
+        "merged": merged,
         "summary": summary,
     }
 
@@ -292,11 +295,12 @@ def _differences(theirs: dict, mine: dict) -> str:
     )
 
 
-def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> None:
+def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> list[dict]:
     """Adds the per-seed results of an earlier run's --out file to `runs`, after
     checking that it ran these settings (seeds aside) on this JAX and device (and host CPU)
     and platform (`provenance.platform()`, where the file records it), and that no seed is
-    in both."""
+    in both. Returns the provenance of the seeds it added: the file's own (path,
+    platform, software, seeds per trainer) and those it had merged itself."""
     record = json.loads(Path(path).read_text())
     ignore = ("seeds", "out", "merge", "compile_cache", "other_software")
     mine = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ignore}
@@ -305,25 +309,10 @@ def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> None:
     theirs.update({k: record.get(k) for k in environment})
     if differ := _differences(theirs, mine):
         raise ValueError(f"--merge {path} ran other settings: {differ}")
-    theirs, mine = record.get("platform"), provenance.platform()
-    if not isinstance(theirs, dict):  # older files: the backend's name, or nothing
-        print(
-            f"--merge {path}: the file records no platform (older benchmark): its XLA_FLAGS, "
-            "device count and JAX settings are not compared"
-        )
-    elif theirs != mine:
-        raise ValueError(f"--merge {path} ran on another platform: {_differences(theirs, mine)}")
-    theirs, mine = record.get("software"), provenance.software()
-    if theirs is None:
-        print(f"--merge {path}: the file records no software (older benchmark); not compared")
-    elif theirs != mine:
-        text = _differences(theirs, mine)
-        if not cfg.other_software:
-            raise ValueError(
-                f"--merge {path} ran on other software: {text}; "
-                "pass --other-software to merge it anyway"
-            )
-        print(f"--merge {path}: other software, merged as asked: {text}")
+    # the file's own seeds, and those it had merged itself, each under its own record
+    sources = [{"path": path, **{k: record.get(k) for k in ("platform", "software")}}]
+    for source in sources + record.get("merged", []):
+        _check_provenance(source, cfg)
     if any("evaluator_build_s" not in r for r in record["runs"].get("brax_ppo", {}).values()):
         print(
             f"--merge {path}: its Brax PPO compile_s still counts the evaluator's build and "
@@ -334,6 +323,35 @@ def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> None:
         if both:
             raise ValueError(f"--merge {path}: seeds {both} of {name} are already in the summary")
         runs[name].update(per_seed)
+    own = {name: sorted(per_seed, key=int) for name, per_seed in record["runs"].items()}
+    for nested in record.get("merged", []):  # seeds the file had merged are not its own
+        for name, seeds in nested.get("seeds", {}).items():
+            own[name] = [k for k in own.get(name, []) if k not in seeds]
+    return [{**sources[0], "seeds": own}, *record.get("merged", [])]
+
+
+def _check_provenance(source: dict, cfg: Config) -> None:
+    """Refuses seeds run on another platform, or other software without --other-software."""
+    path = source["path"]
+    theirs, mine = source.get("platform"), provenance.platform()
+    if not isinstance(theirs, dict):  # older files: the backend's name, or nothing
+        print(
+            f"--merge {path}: the file records no platform (older benchmark): its XLA_FLAGS, "
+            "device count and JAX settings are not compared"
+        )
+    elif theirs != mine:
+        raise ValueError(f"--merge {path} ran on another platform: {_differences(theirs, mine)}")
+    theirs, mine = source.get("software"), provenance.software()
+    if theirs is None:
+        print(f"--merge {path}: the file records no software (older benchmark); not compared")
+    elif theirs != mine:
+        text = _differences(theirs, mine)
+        if not cfg.other_software:
+            raise ValueError(
+                f"--merge {path} ran on other software: {text}; "
+                "pass --other-software to merge it anyway"
+            )
+        print(f"--merge {path}: other software, merged as asked: {text}")
 
 
 def main(cfg: Config) -> None:
@@ -357,8 +375,9 @@ def main(cfg: Config) -> None:
         trainers[f"metarl_mlp_{cfg.strategy}"] = metarl_ppo(cfg, "mlp", cfg.strategy)
     environment = _environment()
     runs = {name: {} for name in trainers}
+    merged = []
     for path in cfg.merge:  # checked before any training: a file that cannot merge costs nothing
-        _merge(runs, path, cfg, environment)
+        merged += _merge(runs, path, cfg, environment)
     for name in trainers:
         both = sorted({str(s) for s in cfg.seeds} & runs[name].keys(), key=int)
         if both:
@@ -408,7 +427,7 @@ def main(cfg: Config) -> None:
         ratio = med("metarl_gru", "steps_per_sec") / med("metarl_mlp", "steps_per_sec")
         print(f"gru / mlp throughput: {ratio:.2f}")
     if cfg.out:
-        record = _record(cfg, environment, runs, summary)
+        record = _record(cfg, environment, runs, summary, merged)
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         Path(cfg.out).write_text(json.dumps(record, indent=1))
         print(f"wrote {cfg.out}")

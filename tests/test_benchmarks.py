@@ -63,7 +63,7 @@ def test_ppo_merge_refuses_another_platform(tmp_path, capsys):
     environment = bench._environment()
     result = {"steps_per_sec": 1.0, "compile_s": 1.0, "return": 1.0}
     record = bench._record(
-        cfg, environment, {"brax_ppo": {"0": dict(result, evaluator_build_s=0.1)}}, {}
+        cfg, environment, {"brax_ppo": {"0": dict(result, evaluator_build_s=0.1)}}, {}, []
     )
     record["platform"]["XLA_FLAGS"] = "--xla_gpu_deterministic_ops=true"
     path = tmp_path / "other_flags.json"
@@ -77,6 +77,36 @@ def test_ppo_merge_refuses_another_platform(tmp_path, capsys):
     bench._merge(runs, str(path), cfg, environment)
     assert runs["brax_ppo"] == {"0": dict(result, evaluator_build_s=0.1)}
     assert "records no platform" in capsys.readouterr().out
+
+
+def test_ppo_merge_keeps_the_provenance_of_merged_seeds(tmp_path):
+    """Seeds merged from a file of other software (--other-software) keep that file's
+    record in the output's `merged`: merging the output again is refused without the
+    flag, naming the first file, instead of passing as this software's seeds."""
+    bench = _load("ppo_throughput")
+    environment = bench._environment()
+    result = {"steps_per_sec": 1.0, "compile_s": 1.0, "return": 1.0, "evaluator_build_s": 0.1}
+    old = bench._record(bench.Config(seeds=(0,)), environment, {"brax_ppo": {"0": result}}, {}, [])
+    old["software"]["metarl"] = "0" * 12  # another metarl source
+    first = tmp_path / "old.json"
+    first.write_text(json.dumps(old))
+    cfg = bench.Config(seeds=(1,), other_software=True)
+    runs = {"brax_ppo": {"1": result}}
+    merged = bench._merge(runs, str(first), cfg, environment)
+    assert merged == [
+        {
+            "path": str(first),
+            "platform": old["platform"],
+            "software": old["software"],
+            "seeds": {"brax_ppo": ["0"]},
+        }
+    ]
+    second = tmp_path / "new.json"
+    second.write_text(json.dumps(bench._record(cfg, environment, runs, {}, merged)))
+    with pytest.raises(ValueError, match=f"--merge {first} ran on other software: metarl="):
+        bench._merge({"brax_ppo": {}}, str(second), bench.Config(seeds=(2,)), environment)
+    again = bench._merge({"brax_ppo": {}}, str(second), cfg, environment)
+    assert [m["seeds"] for m in again] == [{"brax_ppo": ["1"]}, {"brax_ppo": ["0"]}]
 
 
 def test_the_brax_timer_wraps_for_the_call_only():
