@@ -409,3 +409,21 @@ def test_wrapped_env_is_refused():
 
     with pytest.raises(ValueError, match="unwrapped"):
         make_contextual(EpisodeWrapper(Puck(), 10, 1), PENDULUM_SPACE)
+
+
+def test_check_env_steps_a_discrete_action_env_with_action_indices():
+    # check_env drew float action vectors for every env, which a discrete env refuses
+    class ThreePushes(Puck):
+        discrete_actions = True
+
+        @property
+        def action_size(self):
+            return 3
+
+        def step(self, state, action):
+            return super().step(state, jnp.reshape(action.astype(jnp.float32) - 1.0, (1,)))
+
+    space = C.ContextSpace({"friction": C.Uniform(0.3, 0.7)})
+    env = make_contextual(ThreePushes(), space, episode_length=40)
+    report = check_env(env, num_envs=4, max_steps=60)
+    assert report["trials_ended"] > 0 and report["contexts_reaching"] == 1

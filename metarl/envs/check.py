@@ -58,7 +58,10 @@ def check_env(
     halves = (slice(0, num_envs), slice(num_envs, None))
 
     def body(state, k, moved):
-        action = jax.random.uniform(k, (num_envs, env.action_size), minval=-1.0, maxval=1.0)
+        if env.discrete_actions:  # an action index per env
+            action = jax.random.randint(k, (num_envs,), 0, env.action_size)
+        else:
+            action = jax.random.uniform(k, (num_envs, env.action_size), minval=-1.0, maxval=1.0)
         shadow = state.replace(info={**state.info, CONTEXT: _shadow(state.info[CONTEXT], moved)})
         both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), state, shadow)
         both = step(both, jnp.concatenate([action, action]))

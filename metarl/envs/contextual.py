@@ -458,7 +458,7 @@ def make_contextual(
       visible_context: False (hidden), True (normalised context appended to the
         observation) or "privileged" (observation is
         ``{"state": obs, "privileged": context}`` for an asymmetric critic).
-      reset_chunk: under vmap, fraction of the batch reset per loop trip.
+      reset_chunk: under vmap, fraction of the batch reset per loop trip (at least 2 envs).
       reset_strategy: how done envs get their fresh reset under vmap, one of
         ``metarl.envs.RESET_STRATEGIES``: "dense" (a reset for every env, kept where done; best
         on GPU), "loop" (resets only for done envs, in chunks; best on CPU),
