@@ -323,10 +323,11 @@ def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> list[dict]:
         if both:
             raise ValueError(f"--merge {path}: seeds {both} of {name} are already in the summary")
         runs[name].update(per_seed)
-    own = {name: sorted(per_seed, key=int) for name, per_seed in record["runs"].items()}
-    for nested in record.get("merged", []):  # seeds the file had merged are not its own
-        for name, seeds in nested.get("seeds", {}).items():
-            own[name] = [k for k in own.get(name, []) if k not in seeds]
+    trained = {str(s) for s in record["config"]["seeds"]}  # the file's own, not its merges
+    own = {
+        name: sorted(trained & per_seed.keys(), key=int)
+        for name, per_seed in record["runs"].items()
+    }
     return [{**sources[0], "seeds": own}, *record.get("merged", [])]
 
 
