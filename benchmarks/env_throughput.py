@@ -22,10 +22,11 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
   contextual dense with done envs never reset, with the step run on the default
   System, or without MJX's fence (the strategies then agree only to float
   rounding); `ablate_nofence:pool` for another strategy than dense. The fence
-  exists only for `--backend mjx` on a CPU (`metarl/envs/contextual.py`: off on
-  Brax's own backends, compiled to nothing on other platforms), so
-  ablate_nofence is refused anywhere else, where it would time contextual dense
-  again under another name.
+  exists only for `--backend mjx`, and only where JAX's default backend is the
+  CPU (`metarl/envs/contextual.py`), so ablate_nofence is refused on Brax's own
+  backends, where it would time contextual dense again under another name.
+* Every variant's compiled program is counted for loops and conditionals (each
+  waits on the host on a GPU); `--dump-hlo DIR` keeps the programs' HLO text.
 * ablate_norefill: the pool's machinery without its refills (not exact): a done
   env swaps in its pool entry, which is never recomputed, so the step carries and
   selects the second physics state but never refills and never asks whether to
@@ -47,7 +48,9 @@ JAX's numerical settings, device kind and count, on a CPU the host CPU).
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
+import re
 import time
 from pathlib import Path
 
@@ -81,6 +84,7 @@ class Config:
     strategy: str = "auto"  # reset strategy of the "contextual" variant
     variants: tuple[str, ...] = MAIN
     out: str | None = None  # path stem for the .json / .png results
+    dump_hlo: str | None = None  # a folder for each variant's compiled program (.hlo.gz)
 
 
 def _space(sys, backend: str) -> C.ContextSpace:
@@ -145,18 +149,22 @@ def _rollout(reset, step, action_size: int, num_envs: int, steps: int):
 
 
 def _check_nofence(name: str, backend: str) -> None:
-    """Refuses ablate_nofence where MJX's fence is already absent: it is a barrier
-    after MJX's step on the CPU platform only (`ContextualEnv.__init__` sets
-    `_fence` for backend "mjx" alone; `step` lowers it to nothing on other
-    platforms), and elsewhere the variant would be contextual dense renamed."""
-    platform = jax.default_backend()
-    if backend != "mjx" or platform != "cpu":
+    """Refuses ablate_nofence where MJX's fence was never put: `ContextualEnv.__init__`
+    sets `_fence` for backend "mjx" alone (on a GPU `step` lowers it for the CPU
+    platform only, and this variant measures whether that leaves the GPU's program
+    as fast as no fence at all)."""
+    if backend != "mjx":
         raise ValueError(
-            f"ablate_nofence on {name} with backend {backend!r} on platform {platform!r}: "
-            "it removes MJX's fence, which is only there for backend 'mjx' on a CPU "
-            "(metarl/envs/contextual.py: off on Brax's own backends, compiled to nothing on "
-            "a GPU), so here it would change nothing; run it with --backend mjx on a CPU"
+            f"ablate_nofence on {name} with backend {backend!r}: MJX's fence is only there "
+            "for backend 'mjx' (metarl/envs/contextual.py), so here it would change nothing; "
+            "run it with --backend mjx"
         )
+
+
+def _control_flow(hlo: str) -> dict[str, int]:
+    """How many loops and conditionals a compiled program runs (its HLO text). On a GPU
+    each trip of a loop and each conditional waits for the host to read a predicate."""
+    return {op: len(re.findall(rf"\s{op}\(", hlo)) for op in ("while", "conditional")}
 
 
 def _ablated(env: ContextualEnv, what: str) -> ContextualEnv:
@@ -253,12 +261,22 @@ def bench(name: str, n: int, cfg: Config) -> dict:
     _warm_up(name, cfg)
     runs = {label: _build(label, name, n, cfg) for label in cfg.variants}
     key = jax.random.key(0)
-    compile_s, dones, refills = {}, {}, {}
+    compile_s, dones, refills, flow = {}, {}, {}, {}
     for label, run in runs.items():
         t0 = time.perf_counter()
         compiled = run.lower(key).compile()
         compile_s[label] = time.perf_counter() - t0
-        print(f"  compiled {name} {label} ({n} envs) in {compile_s[label]:.1f} s", flush=True)
+        hlo = compiled.as_text()
+        flow[label] = _control_flow(hlo)
+        if cfg.dump_hlo:
+            path = Path(cfg.dump_hlo) / f"{name}_{n}_{label.replace(':', '_')}.hlo.gz"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(gzip.compress(hlo.encode()))
+        print(
+            f"  compiled {name} {label} ({n} envs) in {compile_s[label]:.1f} s; "
+            f"{flow[label]['while']} loops, {flow[label]['conditional']} conditionals",
+            flush=True,
+        )
         runs[label] = compiled
         dones[label], refills[label] = map(int, compiled(key)[:2])
     times = {label: [] for label in runs}
@@ -297,6 +315,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
             "compile_s": float(compile_s[label]),
             "compile_ratio": float(c_ratio),
             "reset_strategy": _STRATEGY.get((name, label)),
+            "control_flow": flow[label],
             "dones_per_step": dones[label] / cfg.steps,
             "refills_per_step": refills[label] / cfg.steps,
             "times_s": ts.tolist(),

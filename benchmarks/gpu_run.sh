@@ -11,13 +11,15 @@
 #   bash benchmarks/gpu_run.sh profile      # where PPO's time goes (trace), two-device test
 #   bash benchmarks/gpu_run.sh repro        # same seed in fresh processes: same numbers? (~8 min)
 #   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs
+#   bash benchmarks/gpu_run.sh headline     # one call of ~9 min for a 15-min device budget:
+#                                           # hopper env (the open miss), PPO 3 seeds, ant mjx
 #
 # Results land in $OUT (the device tool brings them back; copy a ppo JSON into the
 # tree to merge it in the next call); each stage ends with its tables. Every
 # command has its own time limit, so one that hangs costs its share, not the call.
 # SMOKE=1 shrinks every size, to check the script on a CPU in a few minutes.
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
+stage=${1:?"usage: gpu_run.sh headline | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
 shift
 out=${OUT:-/tmp/gpu_run}
 mkdir -p "$out"
@@ -40,6 +42,39 @@ run() {  # run LIMIT_S NAME COMMAND...: COMMAND's output to the screen and $out/
 }
 
 case $stage in
+headline)
+  # What issue 8 still lacks, in order, for a session lent 15 minutes of device time
+  # (machine start included): hopper at 8192 envs, the one env below 0.97x; PPO mlp
+  # against Brax PPO in paired rounds on the current "auto"; ant on MJX (dense)
+  if [ "$smoke" = 1 ]; then h=(--envs inverted_pendulum --num-envs 64 --steps 20 --rounds 3)
+    p=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --num-timesteps 20000)
+    m=(--envs inverted_pendulum --num-envs 64 --steps 10 --rounds 2)
+  else h=(--envs hopper --num-envs 8192 --steps 300 --rounds 7)
+    p=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16
+      --num-timesteps 2000000)
+    m=(--envs ant --num-envs 8192 --steps 100 --rounds 5); fi
+  run 150 env_8192_hopper python3 benchmarks/env_throughput.py "${h[@]}" \
+    --variants plain brax_dr contextual --out "$out/env_8192_hopper"
+  run 340 ppo python3 benchmarks/ppo_throughput.py "${p[@]}" --no-gru --seeds 0 1 2 \
+    --compile-cache --out "$out/ppo_seeds_0_1_2.json"
+  run 80 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+    --variants plain contextual --out "$out/env_8192_mjx"
+  ;;
+diagnose)
+  # Where MJX's contextual step and hopper's pool lose their time on a GPU: ablations
+  # side by side, each program's loops and conditionals, and the compiled HLO (hlo.tgz)
+  if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 10 --rounds 2)
+    h=(--envs inverted_pendulum --num-envs 64 --steps 20 --rounds 3)
+  else m=(--envs ant --num-envs 8192 --steps 100 --rounds 5)
+    h=(--envs hopper --num-envs 8192 --steps 300 --rounds 5); fi
+  run 200 mjx_ablations python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+    --variants plain contextual contextual_dense ablate_nofence ablate_noreset \
+    ablate_norebuild --dump-hlo /tmp/hlo --out "$out/mjx_ablations"
+  run 170 poolcost python3 benchmarks/env_throughput.py "${h[@]}" --variants plain \
+    contextual_pool contextual_dense ablate_noreset ablate_norefill --dump-hlo /tmp/hlo \
+    --out "$out/poolcost"
+  tar czf "$out/hlo.tgz" -C /tmp hlo
+  ;;
 env)
   if [ "$smoke" = 1 ]; then sizes=(--num-envs 64 --steps 10 --rounds 2); envs=(inverted_pendulum)
     long=(--num-envs 64 --steps 20 --rounds 3)
@@ -108,7 +143,7 @@ resume)
   run 200 resume_deterministic env XLA_FLAGS="${XLA_FLAGS:-} --$deterministic" "${resumed[@]}"
   ;;
 *)
-  echo "unknown stage $stage: env, poolcost, ppo, profile, repro or resume"
+  echo "unknown stage $stage: headline, env, poolcost, ppo, profile, repro or resume"
   exit 2
   ;;
 esac

@@ -403,7 +403,7 @@ def main(cfg: Config) -> None:
     w = max(map(len, runs)) + 1
     print(
         f"{'trainer':<{w}}{'steps/s':>10}{'vs brax':>9}{'compile s':>11}"
-        f"{'eval return':>22}  {'vs brax return':>30}"
+        f"  {'eval return':>26}  {'vs brax return':>30}"
     )
     summary = {}
     for name in runs:
@@ -422,7 +422,7 @@ def main(cfg: Config) -> None:
             vs = stats.format_difference(diff)
         print(
             f"{name:<{w}}{sps:>10,.0f}{sps / base:>9.2f}{compile_s(name):>11.1f}"
-            f"{stats.format_iqm(ret, 1):>22}  {vs:>30}"
+            f"  {stats.format_iqm(ret, 1):>26}  {vs:>30}"
         )
     if cfg.gru:
         ratio = med("metarl_gru", "steps_per_sec") / med("metarl_mlp", "steps_per_sec")

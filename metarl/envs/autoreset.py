@@ -18,8 +18,8 @@ function carries a `jax.custom_batching` rule):
 * ``"compact"``: the loop, with its first chunk computed unconditionally
   (outside the loop), so that a step with few done envs makes one trip check
   instead of two.
-* ``"auto"`` (default): ``"loop"`` on CPU, ``"dense"`` elsewhere, chosen when
-  the function is lowered for a platform (`jax.lax.platform_dependent`).
+* ``"auto"`` (default): ``"loop"`` where JAX's default backend is the CPU,
+  ``"dense"`` elsewhere, chosen when the function is traced (`on_cpu`).
   (`ContextualEnv`'s own ``"auto"`` is the pool on Brax's backends and this
   one on MJX.)
 * ``"pool"``: `pooled_where_done`. Every env keeps its *next* fresh state,
@@ -134,10 +134,17 @@ def _batched_impls(fresh_fn: Callable[[Any], Any], chunk: float) -> dict[str, Ca
         "loop": lambda *a: looped(*a, first_outside=False),
         "compact": lambda *a: looped(*a, first_outside=True),
     }
-    impls["auto"] = lambda *a: jax.lax.platform_dependent(
-        *a, cpu=impls["loop"], default=impls["dense"]
-    )
+    impls["auto"] = lambda *a: impls["loop" if on_cpu() else "dense"](*a)
     return impls
+
+
+def on_cpu() -> bool:
+    """Whether "auto" picks the CPU's strategies: JAX's default backend, read at trace
+    time. Not `jax.lax.platform_dependent`: on a GPU (H200, JAX 0.11.2) a step holding
+    one ran MJX's ant at 0.76x of plain Brax, the same step without it at 1.00x
+    (benchmarks/results/README.md). A program jitted onto a device of another kind
+    than the default still resets exactly, with the other platform's strategy."""
+    return jax.default_backend() == "cpu"
 
 
 def pooled_where_done(

@@ -29,7 +29,7 @@ from flax import struct
 
 from metarl.contexts import BACKENDS, Binding, Context, ContextSpace, PerEnv, bind
 from metarl.envs import sources
-from metarl.envs.autoreset import check_strategy, pooled_where_done, where_done
+from metarl.envs.autoreset import check_strategy, on_cpu, pooled_where_done, where_done
 from metarl.envs.mjcf import MjcfEnv
 
 CONTEXT = "context"  # state.info key: {name: sampled value}
@@ -129,7 +129,8 @@ class ContextualEnv(Env):
         # steps). Brax's own backends give identical states without it. On a GPU the
         # fence cost a quarter of the throughput (ant, 8192 envs: 0.74x of plain Brax
         # with it, 1.00x without), and a GPU's own reductions already differ from one
-        # process to the next (benchmarks/results/README.md), so it is CPU-only there.
+        # process to the next (benchmarks/results/README.md), so it is CPU-only there
+        # (`on_cpu`, read when `step` is traced).
         self._fence = self.backend == "mjx"
 
     # ---- Brax Env interface ----
@@ -222,10 +223,8 @@ class ContextualEnv(Env):
         # The wrapped env sees its own observation, without the context appended.
         inner = state.replace(obs=self._base(state.obs))
         nstate = self._call(self._env.step, context, inner, action)
-        if self._fence:
-            nstate = jax.lax.platform_dependent(
-                nstate, cpu=jax.lax.optimization_barrier, default=lambda x: x
-            )
+        if self._fence and on_cpu():
+            nstate = jax.lax.optimization_barrier(nstate)
 
         steps = jnp.where(trial.new_episode > 0, 0, trial.steps) + 1
         finite = _finite((nstate.obs, nstate.reward))
