@@ -18,6 +18,9 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
   steps at which the pool was refilled (a dense refill costs one dense step).
 * contextual_pool_dense: pool refilled by the dense strategy on any platform
   (what "pool" runs on a GPU), to measure that path on a CPU.
+* contextual_pool_cond: the pool deciding whether to refill with `lax.cond`
+  instead of a loop of 0 or 1 trips (on a GPU, a loop's predicate is read by the
+  host at every step; a conditional may run inside a CUDA graph).
 * ablate_noreset, ablate_norebuild, ablate_nofence: diagnostics, not exact:
   contextual dense with done envs never reset, with the step run on the default
   System, or without MJX's fence (the strategies then agree only to float
@@ -207,7 +210,7 @@ def _build(label: str, name: str, n: int, cfg: Config):
         )
         return _rollout(lambda k: env.reset(raw_keys(k)), env.step, env.action_size, n, cfg.steps)
     strategy = cfg.strategy
-    if label == "contextual_pool_dense":
+    if label in ("contextual_pool_dense", "contextual_pool_cond"):
         strategy = "pool"
     elif label.startswith("contextual_"):
         strategy = label.removeprefix("contextual_")
@@ -231,6 +234,8 @@ def _build(label: str, name: str, n: int, cfg: Config):
         ctx = _ablated(ctx, label.removeprefix("ablate_"))
     if label == "contextual_pool_dense":
         ctx._select = pooled_where_done(ctx._fresh, cfg.reset_chunk, refill="dense")  # noqa: SLF001
+    if label == "contextual_pool_cond":
+        ctx._select = pooled_where_done(ctx._fresh, cfg.reset_chunk, guard="cond")  # noqa: SLF001
     return _rollout(
         lambda k: jax.vmap(ctx.reset)(jax.random.split(k, n)),
         jax.vmap(ctx.step),

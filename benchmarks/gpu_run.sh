@@ -53,12 +53,21 @@ headline)
     p=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16
       --num-timesteps 2000000)
     m=(--envs ant --num-envs 8192 --steps 100 --rounds 5); fi
-  run 150 env_8192_hopper python3 benchmarks/env_throughput.py "${h[@]}" \
-    --variants plain brax_dr contextual --out "$out/env_8192_hopper"
+  # contextual_pool_cond: the pool's refill decided by lax.cond, not a 0-or-1-trip loop
+  # whose predicate the host reads at every step (2026-11-26: ~7% of hopper's step)
+  run 170 env_8192_hopper python3 benchmarks/env_throughput.py "${h[@]}" \
+    --variants plain brax_dr contextual contextual_dense contextual_pool_cond \
+    --out "$out/env_8192_hopper"
   run 340 ppo python3 benchmarks/ppo_throughput.py "${p[@]}" --no-gru --seeds 0 1 2 \
     --compile-cache --out "$out/ppo_seeds_0_1_2.json"
   run 80 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
     --variants plain contextual --out "$out/env_8192_mjx"
+  # The same hopper rounds with XLA's CUDA graphs allowed to hold loops and conditionals
+  # (device-side control flow: no predicate read by the host)
+  run 120 env_8192_hopper_graphs env \
+    XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL" \
+    python3 benchmarks/env_throughput.py "${h[@]}" --variants plain contextual \
+    contextual_pool_cond --out "$out/env_8192_hopper_graphs"
   ;;
 diagnose)
   # Where MJX's contextual step and hopper's pool lose their time on a GPU: ablations

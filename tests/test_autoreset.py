@@ -50,9 +50,11 @@ def test_where_done_nested_vmap(strategy):
     assert np.all((np.abs(got["x"]).sum(-1) > 0) == np.asarray(done))
 
 
-@pytest.mark.parametrize("refill", ["loop", "dense"])
-def test_pool_refills_only_when_a_done_env_needs_it(refill):
-    select = jax.jit(jax.vmap(pooled_where_done(_fresh, 0.5, refill)))
+@pytest.mark.parametrize(
+    ("refill", "guard"), [("loop", "loop"), ("dense", "loop"), ("dense", "cond")]
+)
+def test_pool_refills_only_when_a_done_env_needs_it(refill, guard):
+    select = jax.jit(jax.vmap(pooled_where_done(_fresh, 0.5, refill, guard)))
     n = 6
     keys = jax.random.split(jax.random.key(0), n)
     scale = jnp.arange(1, n + 1, dtype=jnp.float32)
@@ -87,6 +89,8 @@ def test_unknown_strategy_lists_the_choices():
         where_done(_fresh, 0.5, "sparse")
     with pytest.raises(ValueError, match="pooled_where_done"):
         where_done(_fresh, 0.5, "pool")
+    with pytest.raises(ValueError, match="choose one of loop, cond"):
+        pooled_where_done(_fresh, 0.5, guard="while")
 
 
 def test_strategies_give_identical_env_states(backend="generalized"):

@@ -147,8 +147,11 @@ def on_cpu() -> bool:
     return jax.default_backend() == "cpu"
 
 
+GUARDS = ("loop", "cond")
+
+
 def pooled_where_done(
-    fresh_fn: Callable[[Any], Any], chunk: float, refill: str = "auto"
+    fresh_fn: Callable[[Any], Any], chunk: float, refill: str = "auto", guard: str = "loop"
 ) -> Callable[[Any, Any, Any, Any, Any], Any]:
     """Builds select(done, operand, current, pending, ready) -> (state, pending, ready).
 
@@ -160,10 +163,15 @@ def pooled_where_done(
     refilled, for every env whose entry is not ready, only at steps where a
     done env needs it (a loop of 0 or 1 trips per step), by the stateless
     strategy `refill` ("auto": loop on CPU, dense elsewhere). Same states as
-    `where_done`.
+    `where_done`. `guard`: how a step decides whether to refill, a loop of 0 or 1
+    trips ("loop") or `lax.cond` ("cond", which XLA on a GPU may run as a CUDA-graph
+    conditional node without the host reading the predicate; measured by
+    `benchmarks/env_throughput.py --variants contextual_pool_cond`).
     """
     if check_strategy(refill) == "pool":
         raise ValueError('refill must be a stateless strategy, not "pool"')
+    if guard not in GUARDS:
+        raise ValueError(f"unknown refill guard {guard!r}; choose one of {', '.join(GUARDS)}")
     refill_impl = _batched_impls(fresh_fn, chunk)[refill]
 
     @jax.custom_batching.custom_vmap
@@ -177,11 +185,13 @@ def pooled_where_done(
             axis_size, (done, operand, current, pending, ready), in_batched
         )
         needed = jnp.any(done & ~ready)
-        # A loop of 0 or 1 trips, not lax.cond: XLA rounds a cond branch
-        # differently (seen on CPU), a loop body as the other strategies do.
-        pending = jax.lax.fori_loop(
-            0, needed.astype(jnp.int32), lambda _, p: refill_impl(~ready, operand, p), pending
-        )
+        refilled = lambda p: refill_impl(~ready, operand, p)  # noqa: E731
+        if guard == "cond":
+            pending = jax.lax.cond(needed, refilled, lambda p: p, pending)
+        else:  # A loop of 0 or 1 trips: XLA rounds a cond branch differently (seen on
+            # CPU), a loop body as the other strategies do.
+            trips = needed.astype(jnp.int32)
+            pending = jax.lax.fori_loop(0, trips, lambda _, p: refilled(p), pending)
         ready = ready | needed
         out = (_where(done, pending, current), pending, ready & ~done)
         return out, jax.tree.map(lambda _: True, out)
