@@ -11,8 +11,8 @@
 #   bash benchmarks/gpu_run.sh profile      # where PPO's time goes (trace), two-device test
 #   bash benchmarks/gpu_run.sh repro        # same seed in fresh processes: same numbers? (~8 min)
 #   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs
-#   bash benchmarks/gpu_run.sh headline     # one call of ~9 min for a 15-min device budget:
-#                                           # hopper env (the open miss), PPO 3 seeds, ant mjx
+#   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~6 min): hopper's
+#                                           # pool, its cond guard, CUDA graphs; ant mjx; then ppo
 #
 # Results land in $OUT (the device tool brings them back; copy a ppo JSON into the
 # tree to merge it in the next call); each stage ends with its tables. Every
@@ -43,23 +43,18 @@ run() {  # run LIMIT_S NAME COMMAND...: COMMAND's output to the screen and $out/
 
 case $stage in
 headline)
-  # What issue 8 still lacks, in order, for a session lent 15 minutes of device time
-  # (machine start included): hopper at 8192 envs, the one env below 0.97x; PPO mlp
-  # against Brax PPO in paired rounds on the current "auto"; ant on MJX (dense)
+  # What issue 8 still lacks, for a session lent 15 minutes of device time (machine
+  # start included; follow with "ppo 0 1 2" in the same session): hopper at 8192 envs,
+  # the one env below 0.97x; ant on MJX (dense, no platform switch since 2026-11-26)
   if [ "$smoke" = 1 ]; then h=(--envs inverted_pendulum --num-envs 64 --steps 20 --rounds 3)
-    p=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --num-timesteps 20000)
     m=(--envs inverted_pendulum --num-envs 64 --steps 10 --rounds 2)
   else h=(--envs hopper --num-envs 8192 --steps 300 --rounds 7)
-    p=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16
-      --num-timesteps 2000000)
     m=(--envs ant --num-envs 8192 --steps 100 --rounds 5); fi
   # contextual_pool_cond: the pool's refill decided by lax.cond, not a 0-or-1-trip loop
   # whose predicate the host reads at every step (2026-11-26: ~7% of hopper's step)
   run 170 env_8192_hopper python3 benchmarks/env_throughput.py "${h[@]}" \
     --variants plain brax_dr contextual contextual_dense contextual_pool_cond \
     --out "$out/env_8192_hopper"
-  run 340 ppo python3 benchmarks/ppo_throughput.py "${p[@]}" --no-gru --seeds 0 1 2 \
-    --compile-cache --out "$out/ppo_seeds_0_1_2.json"
   run 80 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
     --variants plain contextual --out "$out/env_8192_mjx"
   # The same hopper rounds with XLA's CUDA graphs allowed to hold loops and conditionals
