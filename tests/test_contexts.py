@@ -279,8 +279,12 @@ def test_mass_scales_inertia_and_derived_quantities():
     sys = binding.apply(binding.default_context() | {"mass": jnp.float32(2.0)})
     np.testing.assert_allclose(sys.link.inertia.i, 2 * SYS.link.inertia.i, rtol=1e-6)
     np.testing.assert_allclose(sys.body_inertia, 2 * SYS.body_inertia, rtol=1e-6)
-    np.testing.assert_allclose(sys.link.invweight, SYS.link.invweight / 2, rtol=1e-6)
     np.testing.assert_allclose(sys.body_subtreemass, 2 * SYS.body_subtreemass, rtol=1e-6)
+    model = mujoco.MjModel.from_xml_string(toy.XML)  # the inverse weights: MuJoCo's
+    model.body_mass[1:] *= 2.0
+    model.body_inertia[1:] *= 2.0
+    mujoco.mj_setConst(model, mujoco.MjData(model))
+    np.testing.assert_allclose(sys.link.invweight, model.body_invweight0[1:, 0], rtol=1e-5)
 
 
 # Bodies hanging off the world alone, where MuJoCo's inverse weights follow an
@@ -309,6 +313,67 @@ def test_inertia_sets_the_inverse_weights_mujoco_computes(xml, backend):
     np.testing.assert_allclose(got.dof_invweight0, model.dof_invweight0, rtol=1e-5)
     np.testing.assert_allclose(got.dof.invweight, model.dof_invweight0, rtol=1e-5)
     np.testing.assert_allclose(got.body_invweight0, model.body_invweight0, rtol=1e-5)
+
+
+# A chain with coupled bodies, armature and two tendons: where
+# first-order inverse weights were off by 27-700% (audit of 2026-11-26)
+CHAIN_XML = """
+<mujoco><worldbody><geom name="floor" type="plane" size="2 2 .1"/>
+  <body name="torso" pos="0 0 1"><freejoint/>
+    <geom type="box" size="0.1 0.1 0.1" mass="2"/><site name="s0" pos="0 0.1 0"/>
+    <body name="thigh" pos="0 0 -0.15"><joint name="hip" type="hinge" axis="0 1 0"
+        range="-1 1" armature="0.01" frictionloss="0.1"/>
+      <geom type="capsule" fromto="0 0 0 0 0 -0.3" size="0.04" mass="1"/>
+      <site name="s1" pos="0 0.05 -0.2"/>
+      <body name="shin" pos="0 0 -0.35"><joint name="knee" type="hinge" axis="0 1 0"
+          range="-1 0" armature="0.05"/>
+        <geom type="capsule" fromto="0 0 0 0 0 -0.3" size="0.03" mass="0.5"/>
+      </body></body></body></worldbody>
+  <tendon><fixed name="coupled" limited="true" range="-0.5 0.5">
+      <joint joint="hip" coef="1"/><joint joint="knee" coef="-0.5"/></fixed>
+    <spatial name="cable"><site site="s0"/><site site="s1"/></spatial></tendon>
+</mujoco>"""
+
+
+@pytest.mark.parametrize("backend", ["generalized", "mjx"])
+def test_inertia_contexts_set_the_inverse_weights_mujoco_computes(backend):
+    """mass, inertia, armature and com_offset together on a chain: the constraint
+    solver's inverse weights (body, dof, tendon; Brax's copies too) are those
+    mj_setConst computes for a model compiled with the same values, and the default
+    context leaves the loaded ones bit for bit."""
+    sys = mjcf.loads(CHAIN_XML)
+    space = {
+        "mass": C.Fixed(1.0, relative=True, per_element=True),
+        "inertia": C.Fixed(1.0, relative=True, per_element=True),
+        "armature[hip, knee]": C.Fixed(1.0, relative=True, per_element=True),
+        "com_offset": C.Fixed(0.0, per_element=True),
+    }
+    binding = _bind(space, backend, sys)
+    same = jax.jit(binding.apply)(binding.default_context())
+    for f in ("body_invweight0", "dof_invweight0", "tendon_invweight0"):
+        np.testing.assert_array_equal(getattr(same, f), getattr(binding.sys, f))
+    mass = np.array([2.0, 0.5, 3.0], np.float32)
+    inertia = np.array([1.0, 2.0, 0.5], np.float32)
+    armature = np.array([20.0, 0.2], np.float32)
+    offset = np.zeros((3, 3), np.float32)
+    offset[1] = [0.0, 0.0, -0.08]
+    context = {
+        "mass": mass, "inertia": inertia, "armature[hip, knee]": armature, "com_offset": offset
+    }  # fmt: skip
+    got = jax.jit(binding.apply)(context)
+    model = mujoco.MjModel.from_xml_string(CHAIN_XML)
+    model.body_mass[1:] *= mass
+    model.body_inertia[1:] *= (mass * inertia)[:, None]
+    model.dof_armature[6:] *= armature
+    model.body_ipos[1:] += offset
+    mujoco.mj_setConst(model, mujoco.MjData(model))
+    for f in ("body_invweight0", "dof_invweight0", "tendon_invweight0"):
+        np.testing.assert_allclose(
+            getattr(got, f), getattr(model, f), rtol=2e-5, atol=1e-6, err_msg=f
+        )
+    if backend == "generalized":
+        np.testing.assert_array_equal(got.link.invweight, got.body_invweight0[1:, 0])
+        np.testing.assert_array_equal(got.dof.invweight, got.dof_invweight0)
 
 
 def test_geom_size_scales_collision_bounds():

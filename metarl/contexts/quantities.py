@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
@@ -161,6 +162,70 @@ def _scale_inertia(sys, ratio, translational):
         if _brax(sys):
             fields["link.invweight"] = sys.link.invweight / ratio
         fields["body_invweight0"] = fields["body_invweight0"].at[1:, 0].divide(ratio)
+    return sys.tree_replace(fields)
+
+
+# Quantities that change the joint-space inertia at qpos0, and with it the inverse
+# weights MuJoCo's mj_setConst derives (the constraint solver's regularisation),
+# on the backends that read those weights (positional and spring read none).
+INERTIAL = ("mass", "inertia", "armature", "com_offset")
+WEIGHT_BACKENDS = ("generalized", "mjx")
+# What those weights depend on among the fields the INERTIAL setters write
+_INERTIAL_FIELDS = ("body_mass", "body_inertia", "body_ipos", "dof_armature")
+
+
+def inverse_weights(sys):
+    """`body_invweight0`, `dof_invweight0` and `tendon_invweight0` as MuJoCo's
+    `mj_setConst` computes them, at qpos0, with MJX (inside jit, float32): the mean
+    diagonal of J M^-1 J' for each body's centre of mass (translation, rotation; 0 for
+    a body welded to the world), the diagonal of M^-1 averaged over the translational
+    and rotational dofs of a free joint and the dofs of a ball joint, and
+    J M^-1 J' of each tendon. Measured against mj_setConst on hopper, ant and humanoid
+    with masses, inertias, armatures and centres of mass changed: relative differences
+    of 4e-7, 1e-7 and 1e-5 (tests/test_contexts.py)."""
+    from mujoco import mjx
+    from mujoco.mjx._src import support
+
+    d = mjx.make_data(sys).replace(qpos=sys.qpos0)
+    d = mjx.com_pos(sys, mjx.kinematics(sys, d))
+    d = mjx.crb(sys, d)
+    minv = jnp.linalg.inv(support.full_m(sys, d))
+
+    def body(b):
+        jacp, jacr = support.jac(sys, d, d.xipos[b], b)  # [nv, 3] each
+        return jnp.stack([jnp.trace(j.T @ minv @ j) / 3 for j in (jacp, jacr)])
+
+    nbody = np.asarray(sys.body_parentid).shape[0]
+    moving = jnp.asarray(np.asarray(sys.body_weldid) != 0, jnp.float32)[:, None]
+    fields = {"body_invweight0": jax.vmap(body)(jnp.arange(nbody)) * moving}
+    groups = np.arange(np.asarray(sys.dof_jntid).shape[0])
+    for kind, adr in zip(np.asarray(sys.jnt_type), np.asarray(sys.jnt_dofadr), strict=True):
+        if kind == _FREE:
+            groups[adr : adr + 3], groups[adr + 3 : adr + 6] = adr, adr + 3
+        elif kind == _BALL:
+            groups[adr : adr + 3] = adr
+    same = (groups[:, None] == groups[None, :]).astype(np.float32)
+    fields["dof_invweight0"] = jnp.asarray(same / same.sum(1, keepdims=True)) @ jnp.diag(minv)
+    if np.asarray(sys.tendon_adr).shape[0]:
+        ten_j = mjx.tendon(sys, d).ten_J  # [ntendon, nv]
+        fields["tendon_invweight0"] = jnp.sum((ten_j @ minv) * ten_j, axis=1)
+    return fields
+
+
+def refresh_inverse_weights(default, sys):
+    """`sys` with the inverse weights of its own inertia (`inverse_weights`), written to
+    every copy; where no field they depend on differs from `default`'s, the loaded
+    values, bit for bit (a default context is the env's own model)."""
+    changed = jnp.any(
+        jnp.stack([jnp.any(getattr(sys, f) != getattr(default, f)) for f in _INERTIAL_FIELDS])
+    )
+    fields = {
+        k: jnp.where(changed, v, getattr(default, k)).astype(getattr(default, k).dtype)
+        for k, v in inverse_weights(sys).items()
+    }
+    if _brax(sys):
+        fields["link.invweight"] = fields["body_invweight0"][1:, 0]
+        fields["dof.invweight"] = fields["dof_invweight0"]
     return sys.tree_replace(fields)
 
 
