@@ -165,12 +165,8 @@ def _scale_inertia(sys, ratio, translational):
     return sys.tree_replace(fields)
 
 
-# Quantities that change the joint-space inertia at qpos0, and with it the inverse
-# weights MuJoCo's mj_setConst derives (the constraint solver's regularisation),
-# on the backends that read those weights (positional and spring read none).
-INERTIAL = ("mass", "inertia", "armature", "com_offset")
-WEIGHT_BACKENDS = ("generalized", "mjx")
-# What those weights depend on among the fields the INERTIAL setters write
+# The fields that mass, inertia, armature and com_offset write and that the inverse
+# weights MuJoCo's mj_setConst derives (the constraint solver's regularisation) depend on
 _INERTIAL_FIELDS = ("body_mass", "body_inertia", "body_ipos", "dof_armature")
 
 
@@ -182,7 +178,12 @@ def inverse_weights(sys):
     and rotational dofs of a free joint and the dofs of a ball joint, and
     J M^-1 J' of each tendon. Measured against mj_setConst on hopper, ant and humanoid
     with masses, inertias, armatures and centres of mass changed: relative differences
-    of 4e-7, 1e-7 and 1e-5 (tests/test_contexts.py)."""
+    of 4e-7, 1e-7 and 1e-5 (tests/test_contexts.py).
+
+    Not yet applied by `Binding.apply` (the README's "Known gap"): called there, it ran
+    at every physics step (the System is rebuilt from the context at each step) and cost
+    hopper 4% of its CPU throughput and 11 s of compile time; the plan is to compute it
+    once per context draw and carry it in the env state."""
     from mujoco import mjx
     from mujoco.mjx._src import support
 

@@ -34,14 +34,7 @@ from flax import struct
 from metarl.contexts import names as element_names
 from metarl.contexts import paths, reads
 from metarl.contexts.distributions import Choice, Distribution, LogUniform, Normal
-from metarl.contexts.quantities import (
-    INERTIAL,
-    QUANTITIES,
-    WEIGHT_BACKENDS,
-    Quantity,
-    refresh_inverse_weights,
-    spring_scale_check,
-)
+from metarl.contexts.quantities import QUANTITIES, Quantity, spring_scale_check
 
 Context = dict[str, jax.Array]
 
@@ -413,25 +406,11 @@ class Binding:
         }
 
     def apply(self, context: Context) -> System:
-        """The default model with `context` written into every field the backend reads.
-
-        Where an entry changes the inertia (`quantities.INERTIAL`) on a backend that reads
-        the constraint solver's inverse weights, they are recomputed as MuJoCo's
-        `mj_setConst` would for a model compiled with these values."""
+        """The default model with `context` written into every field the backend reads."""
         sys = self.sys
         for e in self.entries:
             sys = e.write(sys, context[e.name])
-        if self._reweighs:
-            sys = refresh_inverse_weights(self.sys, sys)
         return sys
-
-    @property
-    def _reweighs(self) -> bool:
-        return self.backend in WEIGHT_BACKENDS and any(
-            isinstance(e.target, Quantity) and e.target is QUANTITIES.get(n)
-            for e in self.entries
-            for n in INERTIAL
-        )
 
     @property
     def task_defaults(self) -> dict[str, Any]:
