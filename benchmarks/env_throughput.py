@@ -18,6 +18,9 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
   steps at which the pool was refilled (a dense refill costs one dense step).
 * contextual_pool_dense: pool refilled by the dense strategy on any platform
   (what "pool" runs on a GPU), to measure that path on a CPU.
+* contextual_exactweights: "auto", with the constraint solver's inverse weights
+  recomputed as mj_setConst does at every rebuild of the System (not yet what
+  metarl runs: README, "Known gap"), to measure what exactness there costs.
 * contextual_pool_cond: the pool deciding whether to refill with `lax.cond`
   instead of a loop of 0 or 1 trips (on a GPU, a loop's predicate is read by the
   host at every step; a conditional may run inside a CUDA graph).
@@ -66,7 +69,7 @@ from brax.envs.wrappers import training as brax_training
 
 from metarl import contexts as C
 from metarl import provenance
-from metarl.contexts.quantities import QUANTITIES
+from metarl.contexts.quantities import QUANTITIES, refresh_inverse_weights
 from metarl.envs import POOL, ContextualEnv, make_contextual
 from metarl.envs.autoreset import pooled_where_done
 
@@ -200,6 +203,20 @@ def _ablated(env: ContextualEnv, what: str) -> ContextualEnv:
     return env
 
 
+def _exact_weights(env: ContextualEnv) -> None:
+    """The System rebuilt at every call with mj_setConst's inverse weights
+    (`refresh_inverse_weights`), as `Binding.apply` would if it applied them (README,
+    "Known gap"): what that costs."""
+    b = env.binding
+
+    def _call(fn, context, *args):
+        sys = refresh_inverse_weights(b.sys, b.apply(context))
+        with env._env.using(sys, b.task_params(context)):  # noqa: SLF001
+            return fn(*args)
+
+    env._call = _call  # noqa: SLF001
+
+
 def _build(label: str, name: str, n: int, cfg: Config):
     kwargs = {} if cfg.backend is None else {"backend": cfg.backend}
     raw_keys = lambda key: jax.random.split(jax.random.key_data(key), n)  # noqa: E731
@@ -212,6 +229,8 @@ def _build(label: str, name: str, n: int, cfg: Config):
     strategy = cfg.strategy
     if label in ("contextual_pool_dense", "contextual_pool_cond"):
         strategy = "pool"
+    elif label == "contextual_exactweights":
+        pass  # cfg.strategy
     elif label.startswith("contextual_"):
         strategy = label.removeprefix("contextual_")
     elif label.startswith("ablate_"):
@@ -236,6 +255,8 @@ def _build(label: str, name: str, n: int, cfg: Config):
         ctx._select = pooled_where_done(ctx._fresh, cfg.reset_chunk, refill="dense")  # noqa: SLF001
     if label == "contextual_pool_cond":
         ctx._select = pooled_where_done(ctx._fresh, cfg.reset_chunk, guard="cond")  # noqa: SLF001
+    if label == "contextual_exactweights":
+        _exact_weights(ctx)
     return _rollout(
         lambda k: jax.vmap(ctx.reset)(jax.random.split(k, n)),
         jax.vmap(ctx.step),

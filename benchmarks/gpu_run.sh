@@ -52,11 +52,11 @@ headline)
     m=(--envs ant --num-envs 8192 --steps 100 --rounds 5); fi
   # contextual_pool_cond: the pool's refill decided by lax.cond, not a 0-or-1-trip loop
   # whose predicate the host reads at every step (2026-11-26: ~7% of hopper's step)
-  run 170 env_8192_hopper python3 benchmarks/env_throughput.py "${h[@]}" \
+  run 200 env_8192_hopper python3 benchmarks/env_throughput.py "${h[@]}" \
     --variants plain brax_dr contextual contextual_dense contextual_pool_cond \
-    --out "$out/env_8192_hopper"
-  run 80 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
-    --variants plain contextual --out "$out/env_8192_mjx"
+    contextual_exactweights --out "$out/env_8192_hopper"
+  run 110 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+    --variants plain contextual contextual_exactweights --out "$out/env_8192_mjx"
   # The same hopper rounds with XLA's CUDA graphs allowed to hold loops and conditionals
   # (device-side control flow: no predicate read by the host)
   run 120 env_8192_hopper_graphs env \
