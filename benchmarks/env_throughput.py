@@ -203,18 +203,13 @@ def _ablated(env: ContextualEnv, what: str) -> ContextualEnv:
     return env
 
 
-def _exact_weights(env: ContextualEnv) -> None:
-    """The System rebuilt at every call with mj_setConst's inverse weights
+class _ExactWeights(C.Binding):
+    """A binding whose `apply` also writes mj_setConst's inverse weights
     (`refresh_inverse_weights`), as `Binding.apply` would if it applied them (README,
-    "Known gap"): what that costs."""
-    b = env.binding
+    "Known gap"): the env rebuilds its System with them at every call, at that cost."""
 
-    def _call(fn, context, *args):
-        sys = refresh_inverse_weights(b.sys, b.apply(context))
-        with env._env.using(sys, b.task_params(context)):  # noqa: SLF001
-            return fn(*args)
-
-    env._call = _call  # noqa: SLF001
+    def apply(self, context):
+        return refresh_inverse_weights(self.sys, super().apply(context))
 
 
 def _build(label: str, name: str, n: int, cfg: Config):
@@ -256,7 +251,8 @@ def _build(label: str, name: str, n: int, cfg: Config):
     if label == "contextual_pool_cond":
         ctx._select = pooled_where_done(ctx._fresh, cfg.reset_chunk, guard="cond")  # noqa: SLF001
     if label == "contextual_exactweights":
-        _exact_weights(ctx)
+        b = ctx.binding
+        ctx.binding = _ExactWeights(**{f.name: getattr(b, f.name) for f in dataclasses.fields(b)})
     return _rollout(
         lambda k: jax.vmap(ctx.reset)(jax.random.split(k, n)),
         jax.vmap(ctx.step),

@@ -38,6 +38,15 @@ def run_c(mm, qpos, steps, ctrl=None):
     return d
 
 
+def run_all(m, fresh, qpos, steps, ctrl=None):
+    """(metarl's model on MJX, the MuJoCo-compiled model on MJX, the same in MuJoCo C)."""
+    return (
+        run_mjx(m, qpos, steps, ctrl),
+        run_mjx(mjx.put_model(fresh), qpos, steps, ctrl),
+        run_c(fresh, qpos, steps, ctrl),
+    )
+
+
 def metarl(xml, name, value, relative=False):
     m0 = mjx.put_model(mujoco.MjModel.from_xml_string(xml))
     b = C.bind(C.ContextSpace({name: C.Fixed(value, relative=relative)}), m0, "mjx")
@@ -76,9 +85,7 @@ if __name__ == "__main__":
     print(
         f"   dof_invweight0 metarl {m_a.dof_invweight0[0]:.4f}  fresh {fresh.dof_invweight0[0]:.4f}"
     )
-    pm = float(run_mjx(m_a, q0, steps).qpos[0] - lim)
-    pf = float(run_mjx(mjx.put_model(fresh), q0, steps).qpos[0] - lim)
-    pc = float(run_c(fresh, q0, steps).qpos[0] - lim)
+    pm, pf, pc = (float(d.qpos[0] - lim) for d in run_all(m_a, fresh, q0, steps))
     print(
         f"   limit penetration [rad] metarl {pm:.3e}  fresh-mjx {pf:.3e}  fresh-C {pc:.3e}"
         f"  |metarl-fresh| {abs(pm - pf):.2e}  ratio {pm / pf:.2f}"
@@ -94,9 +101,7 @@ if __name__ == "__main__":
         " fresh",
         fresh.body_invweight0[1],
     )
-    zm = float(run_mjx(m_b, q0, steps).qpos[2])
-    zf = float(run_mjx(mjx.put_model(fresh), q0, steps).qpos[2])
-    zc = float(run_c(fresh, q0, steps).qpos[2])
+    zm, zf, zc = (float(d.qpos[2]) for d in run_all(m_b, fresh, q0, steps))
     print(
         f"   rest height - 0.1 [m] metarl {zm - 0.1:.3e}  fresh-mjx {zf - 0.1:.3e}  "
         f"fresh-C {zc - 0.1:.3e}  |metarl-fresh| {abs(zm - zf):.2e}  "
@@ -107,9 +112,7 @@ if __name__ == "__main__":
     m_c = metarl(MUSCLE.format(m=1, g=1), "mass", 3.0)
     fresh = mujoco.MjModel.from_xml_string(MUSCLE.format(m=3, g=1))
     print(f"   actuator_acc0 metarl {m_c.actuator_acc0[0]:.3f} fresh {fresh.actuator_acc0[0]:.3f}")
-    dm = run_mjx(m_c, [0.0], 50, [1.0])
-    df = run_mjx(mjx.put_model(fresh), [0.0], 50, [1.0])
-    dc = run_c(fresh, [0.0], 50, [1.0])
+    dm, df, dc = run_all(m_c, fresh, [0.0], 50, [1.0])
     print(
         f"   actuator_force metarl {float(dm.actuator_force[0]):.3f} fresh-mjx "
         f"{float(df.actuator_force[0]):.3f} fresh-C {dc.actuator_force[0]:.3f}; qpos "
@@ -124,9 +127,7 @@ if __name__ == "__main__":
         f"lengthrange metarl {np.asarray(m_d.actuator_lengthrange[0])} "
         f"fresh {fresh.actuator_lengthrange[0]}"
     )
-    dm = run_mjx(m_d, [0.0], 50, [1.0])
-    df = run_mjx(mjx.put_model(fresh), [0.0], 50, [1.0])
-    dc = run_c(fresh, [0.0], 50, [1.0])
+    dm, df, dc = run_all(m_d, fresh, [0.0], 50, [1.0])
     print(
         f"   qfrc_actuator metarl {float(dm.qfrc_actuator[0]):.3f} fresh-mjx "
         f"{float(df.qfrc_actuator[0]):.3f} fresh-C {dc.qfrc_actuator[0]:.3f}; qpos "
