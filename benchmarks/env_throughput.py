@@ -18,9 +18,10 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
   steps at which the pool was refilled (a dense refill costs one dense step).
 * contextual_pool_dense: pool refilled by the dense strategy on any platform
   (what "pool" runs on a GPU), to measure that path on a CPU.
-* contextual_exactweights: "auto", with the constraint solver's inverse weights
-  recomputed as mj_setConst does at every rebuild of the System (not yet what
-  metarl runs: README, "Known gap"), to measure what exactness there costs.
+* contextual_firstorder, contextual_perstep: "auto" with the constraint solver's
+  inverse weights left first-order (no `Binding.derive`, as before 2026-11-26), or
+  recomputed at every rebuild of the System (every step) instead of once per drawn
+  context: what exact weights cost, and what carrying them saves.
 * contextual_pool_cond: the pool deciding whether to refill with `lax.cond`
   instead of a loop of 0 or 1 trips (on a GPU, a loop's predicate is read by the
   host at every step; a conditional may run inside a CUDA graph).
@@ -69,7 +70,7 @@ from brax.envs.wrappers import training as brax_training
 
 from metarl import contexts as C
 from metarl import provenance
-from metarl.contexts.quantities import QUANTITIES, refresh_inverse_weights
+from metarl.contexts.quantities import QUANTITIES
 from metarl.envs import POOL, ContextualEnv, make_contextual
 from metarl.envs.autoreset import pooled_where_done
 
@@ -203,13 +204,25 @@ def _ablated(env: ContextualEnv, what: str) -> ContextualEnv:
     return env
 
 
-class _ExactWeights(C.Binding):
-    """A binding whose `apply` also writes mj_setConst's inverse weights
-    (`refresh_inverse_weights`), as `Binding.apply` would if it applied them (README,
-    "Known gap"): the env rebuilds its System with them at every call, at that cost."""
+class _FirstOrder(C.Binding):
+    """contextual_firstorder: derives nothing; the setters' first-order weights stay."""
 
-    def apply(self, context):
-        return refresh_inverse_weights(self.sys, super().apply(context))
+    @property
+    def derives(self) -> bool:
+        return False
+
+
+class _PerStep(C.Binding):
+    """contextual_perstep: nothing carried; `apply` computes the weights at each call."""
+
+    def derive(self, context):
+        return {}
+
+    def apply(self, context, derived=None):
+        return super().apply(context)
+
+
+_BINDINGS = {"contextual_firstorder": _FirstOrder, "contextual_perstep": _PerStep}
 
 
 def _build(label: str, name: str, n: int, cfg: Config):
@@ -224,7 +237,7 @@ def _build(label: str, name: str, n: int, cfg: Config):
     strategy = cfg.strategy
     if label in ("contextual_pool_dense", "contextual_pool_cond"):
         strategy = "pool"
-    elif label == "contextual_exactweights":
+    elif label in _BINDINGS:
         pass  # cfg.strategy
     elif label.startswith("contextual_"):
         strategy = label.removeprefix("contextual_")
@@ -250,9 +263,9 @@ def _build(label: str, name: str, n: int, cfg: Config):
         ctx._select = pooled_where_done(ctx._fresh, cfg.reset_chunk, refill="dense")  # noqa: SLF001
     if label == "contextual_pool_cond":
         ctx._select = pooled_where_done(ctx._fresh, cfg.reset_chunk, guard="cond")  # noqa: SLF001
-    if label == "contextual_exactweights":
-        b = ctx.binding
-        ctx.binding = _ExactWeights(**{f.name: getattr(b, f.name) for f in dataclasses.fields(b)})
+    if label in _BINDINGS:
+        fields = {f.name: getattr(ctx.binding, f.name) for f in dataclasses.fields(ctx.binding)}
+        ctx.binding = _BINDINGS[label](**fields)
     return _rollout(
         lambda k: jax.vmap(ctx.reset)(jax.random.split(k, n)),
         jax.vmap(ctx.step),

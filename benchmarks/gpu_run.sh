@@ -54,9 +54,12 @@ headline)
   # whose predicate the host reads at every step (2026-11-26: ~7% of hopper's step)
   run 200 env_8192_hopper python3 benchmarks/env_throughput.py "${h[@]}" \
     --variants plain brax_dr contextual contextual_dense contextual_pool_cond \
-    contextual_exactweights --out "$out/env_8192_hopper"
-  run 110 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
-    --variants plain contextual contextual_exactweights --out "$out/env_8192_mjx"
+    contextual_firstorder contextual_perstep --out "$out/env_8192_hopper"
+  # Exact inverse weights (2026-11-26) are computed per drawn context; MJX's dense resets
+  # pay that at every step (ant, CPU: 0.685x vs 0.747x without): the pool pays it per refill
+  run 130 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+    --variants plain contextual contextual_firstorder contextual_perstep contextual_pool \
+    --out "$out/env_8192_mjx"
   # The same hopper rounds with XLA's CUDA graphs allowed to hold loops and conditionals
   # (device-side control flow: no predicate read by the host)
   run 120 env_8192_hopper_graphs env \

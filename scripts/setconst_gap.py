@@ -1,12 +1,15 @@
-"""The gap between metarl's derived model fields and MuJoCo's `mj_setConst` (README,
-"Known gap", audit of 2026-11-26): a context that metarl writes into the mjx.Model
-but whose derived field (read by MJX's constraint rows / muscle model) stays stale or
-first-order. Run: `python scripts/setconst_gap.py` (about 30 s on 2 CPU cores).
+"""metarl's derived model fields against MuJoCo's `mj_setConst` (README, "Derived
+quantities"; audit of 2026-11-26): a context metarl writes into the mjx.Model whose
+derived field is read by MJX's constraint rows or muscle model. Cases A and B (the
+inverse weights) agree since `Binding.derive` computes them per drawn context; C and D
+(a muscle's `actuator_acc0` / `actuator_lengthrange`) are the known gap.
+Run: `python scripts/setconst_gap.py` (about 35 s on 2 CPU cores).
 
 Each case: a system settling to rest on a constraint (steady state is set by the
 constraint's regularisation R ~ invweight0), or a muscle's force (F0 = 1/acc0).
 Compares
-  metarl : binding.apply(context) on the loaded mjx.Model, stepped by mjx.step
+  metarl : binding.apply(context) on the loaded mjx.Model (with what binding.derive
+           computes), stepped by mjx.step
   fresh  : MJCF compiled with the changed parameter, stepped by mjx.step
   C      : same fresh MjModel, stepped by MuJoCo C (mj_step, float64)
 """

@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metarl import contexts as C
-from metarl.contexts.quantities import refresh_inverse_weights
 from metarl.envs import toy
 from metarl.envs.toy import Puck
 
@@ -281,7 +280,11 @@ def test_mass_scales_inertia_and_derived_quantities():
     np.testing.assert_allclose(sys.link.inertia.i, 2 * SYS.link.inertia.i, rtol=1e-6)
     np.testing.assert_allclose(sys.body_inertia, 2 * SYS.body_inertia, rtol=1e-6)
     np.testing.assert_allclose(sys.body_subtreemass, 2 * SYS.body_subtreemass, rtol=1e-6)
-    np.testing.assert_allclose(sys.link.invweight, SYS.link.invweight / 2, rtol=1e-6)
+    model = mujoco.MjModel.from_xml_string(toy.XML)  # the inverse weights: MuJoCo's
+    model.body_mass[1:] *= 2.0
+    model.body_inertia[1:] *= 2.0
+    mujoco.mj_setConst(model, mujoco.MjData(model))
+    np.testing.assert_allclose(sys.link.invweight, model.body_invweight0[1:, 0], rtol=1e-5)
 
 
 # Bodies hanging off the world alone, where MuJoCo's inverse weights follow an
@@ -333,11 +336,12 @@ CHAIN_XML = """
 
 
 @pytest.mark.parametrize("backend", ["generalized", "mjx"])
-def test_inverse_weights_are_those_mujoco_computes(backend):
+def test_inertia_contexts_set_the_inverse_weights_mujoco_computes(backend):
     """mass, inertia, armature and com_offset together on a chain: the constraint
-    solver's inverse weights that `refresh_inverse_weights` writes (body, dof, tendon;
-    Brax's copies too) are those mj_setConst computes for a model compiled with the
-    same values, and for the default context the loaded ones, bit for bit."""
+    solver's inverse weights (body, dof, tendon; Brax's copies too) are those
+    mj_setConst computes for a model compiled with the same values, and for the
+    default context the loaded ones, bit for bit; `apply` given `derive`'s constants
+    builds the same System as `apply` alone."""
     sys = mjcf.loads(CHAIN_XML)
     space = {
         "mass": C.Fixed(1.0, relative=True, per_element=True),
@@ -346,7 +350,8 @@ def test_inverse_weights_are_those_mujoco_computes(backend):
         "com_offset": C.Fixed(0.0, per_element=True),
     }
     binding = _bind(space, backend, sys)
-    exact = jax.jit(lambda c: refresh_inverse_weights(binding.sys, binding.apply(c)))
+    assert binding.derives
+    exact = jax.jit(binding.apply)
     same = exact(binding.default_context())
     for f in ("body_invweight0", "dof_invweight0", "tendon_invweight0"):
         np.testing.assert_array_equal(getattr(same, f), getattr(binding.sys, f))
@@ -372,6 +377,8 @@ def test_inverse_weights_are_those_mujoco_computes(backend):
     if backend == "generalized":
         np.testing.assert_array_equal(got.link.invweight, got.body_invweight0[1:, 0])
         np.testing.assert_array_equal(got.dof.invweight, got.dof_invweight0)
+    carried = jax.jit(lambda c: binding.apply(c, binding.derive(c)))(context)
+    jax.tree.map(np.testing.assert_array_equal, carried, got)
 
 
 def test_geom_size_scales_collision_bounds():

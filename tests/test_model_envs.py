@@ -11,6 +11,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 import perturbations
 import pytest
@@ -18,7 +19,7 @@ from mujoco import mjx
 
 from metarl import contexts as C
 from metarl.contexts.quantities import QUANTITIES
-from metarl.envs import CONTEXT, ContractError, MjcfEnv, check_env, make_contextual
+from metarl.envs import CONTEXT, DERIVED, ContractError, MjcfEnv, check_env, make_contextual
 
 # Two legs on a torso that slides along x; position servos on the hips, a motor on
 # the slide; frictionloss on one hip; an explicit contact pair foot/floor.
@@ -402,3 +403,50 @@ def test_check_env_refuses_contexts_that_move_only_derived_quantities():
     env = make_contextual(robot, C.ContextSpace({name: C.Scale(0.5, 2.0)}), episode_length=5)
     with pytest.raises(ContractError, match=rf"context '{re.escape(name)}' changes nothing"):
         check_env(env, num_envs=4, max_steps=12)
+
+
+# A pendulum resting on its joint limit: how far it sinks past the limit is set by
+# the limit's regularisation, which MuJoCo derives from dof_invweight0 (mj_setConst).
+PENDULUM_XML = """<mujoco><option timestep="0.002"/><worldbody>
+<body name="arm"><joint name="hinge" type="hinge" axis="0 1 0" limited="true" range="-10 10"
+  armature="{armature}"/>
+<geom type="capsule" fromto="0 0 0 0.5 0 0" size="0.02" mass="1" contype="0" conaffinity="0"/>
+</body></worldbody></mujoco>"""
+
+
+def test_an_armature_context_simulates_the_model_mujoco_compiles():
+    """armature 0 -> 1 on a pendulum resting on its joint limit: every episode of the
+    trial runs as MJX runs the model MuJoCo compiles with armature 1, constraint
+    weights included (`state.info[DERIVED]`, computed when the context is drawn and
+    carried into the trial's second episode). With the loaded weights kept (what
+    metarl did before 2026-11-26), it sank 7x as far past the limit."""
+    pendulum = MjcfEnv(
+        PENDULUM_XML.format(armature=0),
+        observe=lambda data, task: data.qpos,
+        reward=lambda data, action, next_data, task: jnp.float32(0),
+        n_frames=50,
+        reset_noise=0.0,
+    )
+    env = make_contextual(
+        pendulum,
+        C.ContextSpace({"armature": C.Uniform(0.5, 1.5)}),
+        episode_length=12,
+        episodes_per_trial=2,
+    )
+
+    @jax.jit
+    def angles(ranges):  # both episodes of one trial: the last states of each
+        s = env.reset(jax.random.key(0), ranges)
+        s, q = jax.lax.scan(lambda s, _: (s := env.step(s, jnp.zeros(0)), s), s, None, 23)
+        return q.pipeline_state.qpos[jnp.array([10, 22]), 0], q.info[DERIVED]
+
+    got, derived = angles(env.space.pinned({"armature": 1.0}))
+    model = mujoco.MjModel.from_xml_string(PENDULUM_XML.format(armature=1.0))
+    m = mjx.put_model(model)
+    data = jax.jit(lambda d: jax.lax.fori_loop(0, 11 * 50, lambda _, d: mjx.step(m, d), d))(
+        mjx.make_data(m)
+    )
+    np.testing.assert_allclose(got, float(data.qpos[0]), rtol=1e-6)
+    sunk = float(data.qpos[0]) - np.deg2rad(10)
+    assert 5e-5 < sunk < 2e-4  # resting past the limit, as the compiled model does
+    np.testing.assert_allclose(derived["dof_invweight0"][:, 0], model.dof_invweight0[0], rtol=1e-7)

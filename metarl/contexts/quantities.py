@@ -15,6 +15,10 @@ stale:
   (`body_invweight0[:, 1]`, and `dof_invweight0` / `dof.invweight` of hinge,
   ball and the rotational half of free joints); translational dofs keep theirs
   (MuJoCo's `mj_setConst` gives the same for a single body).
+* The exact inverse weights for mass, inertia, armature and com_offset together
+  (what `mj_setConst` computes, tendons included) are `exact_inverse_weights`;
+  `Binding.derive` computes them once per drawn context and `Binding.apply`
+  writes them over the setters' first-order ones (`write_inverse_weights`).
 * geom_size: `geom_rbound` and `geom_aabb` scale with the size, so broad-phase
   collision culling stays right. Masses are *not* recomputed from the new
   volume (MuJoCo does that only at compile time): vary `mass` as well if the
@@ -165,9 +169,13 @@ def _scale_inertia(sys, ratio, translational):
     return sys.tree_replace(fields)
 
 
-# The fields that mass, inertia, armature and com_offset write and that the inverse
-# weights MuJoCo's mj_setConst derives (the constraint solver's regularisation) depend on
-_INERTIAL_FIELDS = ("body_mass", "body_inertia", "body_ipos", "dof_armature")
+# Quantities that change the joint-space inertia at qpos0, and with it the inverse
+# weights MuJoCo's mj_setConst derives (the constraint solver's regularisation),
+# on the backends that read those weights (positional and spring read none).
+INERTIAL = ("mass", "inertia", "armature", "com_offset")
+WEIGHT_BACKENDS = ("generalized", "mjx")
+# What those weights depend on among the fields the INERTIAL setters write
+INERTIAL_FIELDS = ("body_mass", "body_inertia", "body_ipos", "dof_armature")
 
 
 def inverse_weights(sys):
@@ -179,12 +187,7 @@ def inverse_weights(sys):
     J M^-1 J' of each tendon. Against mj_setConst with masses, inertias, armatures and
     centres of mass changed: relative differences of 4e-7, 1e-7 and 1e-5 on hopper, ant
     and humanoid (checked once, 2026-11-26), within 2e-5 on a chain with two tendons
-    (tests/test_contexts.py).
-
-    Not yet applied by `Binding.apply` (the README's "Known gap"): called there, it ran
-    at every physics step (the System is rebuilt from the context at each step) and cost
-    hopper 4% of its CPU throughput and 11 s of compile time; the plan is to compute it
-    once per context draw and carry it in the env state."""
+    (tests/test_contexts.py)."""
     from mujoco import mjx
     from mujoco.mjx._src import support
 
@@ -214,17 +217,22 @@ def inverse_weights(sys):
     return fields
 
 
-def refresh_inverse_weights(default, sys):
-    """`sys` with the inverse weights of its own inertia (`inverse_weights`), written to
-    every copy; where no field they depend on differs from `default`'s, the loaded
-    values, bit for bit (a default context is the env's own model)."""
+def exact_inverse_weights(default, sys) -> dict[str, jnp.ndarray]:
+    """`inverse_weights(sys)`, {field: value}; where no field they depend on differs
+    from `default`'s, the loaded values, bit for bit (a default context is the env's
+    own model)."""
     changed = jnp.any(
-        jnp.stack([jnp.any(getattr(sys, f) != getattr(default, f)) for f in _INERTIAL_FIELDS])
+        jnp.stack([jnp.any(getattr(sys, f) != getattr(default, f)) for f in INERTIAL_FIELDS])
     )
-    fields = {
+    return {
         k: jnp.where(changed, v, getattr(default, k)).astype(getattr(default, k).dtype)
         for k, v in inverse_weights(sys).items()
     }
+
+
+def write_inverse_weights(sys, weights: dict[str, jnp.ndarray]):
+    """`sys` with `weights` (from `exact_inverse_weights`) written to every copy."""
+    fields = dict(weights)
     if _brax(sys):
         fields["link.invweight"] = fields["body_invweight0"][1:, 0]
         fields["dof.invweight"] = fields["dof_invweight0"]

@@ -34,7 +34,16 @@ from flax import struct
 from metarl.contexts import names as element_names
 from metarl.contexts import paths, reads
 from metarl.contexts.distributions import Choice, Distribution, LogUniform, Normal
-from metarl.contexts.quantities import QUANTITIES, Quantity, spring_scale_check
+from metarl.contexts.quantities import (
+    INERTIAL,
+    INERTIAL_FIELDS,
+    QUANTITIES,
+    WEIGHT_BACKENDS,
+    Quantity,
+    exact_inverse_weights,
+    spring_scale_check,
+    write_inverse_weights,
+)
 
 Context = dict[str, jax.Array]
 
@@ -405,8 +414,42 @@ class Binding:
             for e, k in zip(self.entries, keys)
         }
 
-    def apply(self, context: Context) -> System:
-        """The default model with `context` written into every field the backend reads."""
+    def apply(self, context: Context, derived: Context | None = None) -> System:
+        """The default model with `context` written into every field the backend reads,
+        and the constants MuJoCo derives from those fields when it compiles a model
+        (`derive`): `derived` where given (`derive(context)`, computed once per draw),
+        else computed here."""
+        sys = self._write(context)
+        if self.derives:
+            sys = write_inverse_weights(
+                sys, exact_inverse_weights(self.sys, sys) if derived is None else derived
+            )
+        return sys
+
+    def derive(self, context: Context) -> Context:
+        """{field: value}: the model constants MuJoCo's `mj_setConst` derives from the
+        fields `context` writes, which no setter can update alone: the constraint
+        solver's inverse weights (`body_invweight0`, `dof_invweight0`,
+        `tendon_invweight0`, and Brax's copies) where the context changes masses,
+        inertias, armatures or centres of mass on a backend that reads them
+        (`derives`); else {}. As exact as a model compiled with these values, and the
+        loaded values bit for bit for the default context. It costs about a physics
+        step, so `ContextualEnv` computes it when it draws a context and carries it in
+        ``state.info["derived"]`` beside the draw."""
+        if not self.derives:
+            return {}
+        return exact_inverse_weights(self.sys, self._write(context))
+
+    @property
+    def derives(self) -> bool:
+        """True where `derive` has constants to compute (see there)."""
+        return self.backend in WEIGHT_BACKENDS and any(
+            (isinstance(e.target, Quantity) and any(e.target is QUANTITIES[n] for n in INERTIAL))
+            or (isinstance(e.target, paths.RawPath) and e.target.field in INERTIAL_FIELDS)
+            for e in self.entries
+        )
+
+    def _write(self, context: Context) -> System:
         sys = self.sys
         for e in self.entries:
             sys = e.write(sys, context[e.name])

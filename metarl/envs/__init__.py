@@ -9,6 +9,7 @@ from metarl.envs.autoreset import STRATEGIES as RESET_STRATEGIES
 from metarl.envs.check import ContractError, check_env
 from metarl.envs.contextual import (
     CONTEXT,
+    DERIVED,
     POOL,
     TRIAL,
     ContextualEnv,
@@ -20,6 +21,7 @@ from metarl.envs.mjcf import MjcfEnv
 
 __all__ = [
     "CONTEXT",
+    "DERIVED",
     "RESET_STRATEGIES",
     "TRIAL",
     "ContextualEnv",

@@ -13,7 +13,7 @@ import numpy as np
 
 from metarl.contexts import Choice, Fixed
 from metarl.contexts.space import TaskParam
-from metarl.envs.contextual import CONTEXT, TRIAL, ContextualEnv
+from metarl.envs.contextual import CONTEXT, DERIVED, TRIAL, ContextualEnv
 from metarl.trees import to_numpy
 
 
@@ -62,7 +62,9 @@ def check_env(
             action = jax.random.randint(k, (num_envs,), 0, env.action_size)
         else:
             action = jax.random.uniform(k, (num_envs, env.action_size), minval=-1.0, maxval=1.0)
-        shadow = state.replace(info={**state.info, CONTEXT: _shadow(state.info[CONTEXT], moved)})
+        moved_context = _shadow(state.info[CONTEXT], moved)
+        derived = jax.vmap(env.binding.derive)(moved_context)
+        shadow = state.replace(info={**state.info, CONTEXT: moved_context, DERIVED: derived})
         both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), state, shadow)
         both = step(both, jnp.concatenate([action, action]))
         nxt, after = (jax.tree.map(lambda x, h=h: x[h], both) for h in halves)
@@ -144,7 +146,8 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
       env's own observations of a whole rollout (the same reset keys and actions);
     - a physical context changes what a step computes: every state of the rollout
       in the pinned context is stepped once more with the same action and the name
-      moved (in `state.info[CONTEXT]`, from which the step rebuilds the System), and
+      moved (in `state.info[CONTEXT]`, with what `Binding.derive` derives from it in
+      `state.info[DERIVED]`: from those two the step rebuilds the System), and
       the dynamical state where neither step ended an episode, the step's own
       observation (before any auto-reset), its reward or its end must differ from
       that same shadow step without the move. An env whose reset reads the context

@@ -5,8 +5,9 @@ The env is a Brax env, a MuJoCo Playground env or a user's own MJCF
 
 One env (batch it with `jax.vmap`). `reset(rng, ranges)` draws a context from
 `ranges` (a `ContextSpace`; the bound space if None), writes it into the
-System and stores the draw in ``state.info["context"]``; `step` rebuilds the
-System from that draw. Episodes end on termination or after
+System and stores the draw in ``state.info["context"]``, and the model
+constants MuJoCo derives from it (`Binding.derive`) in ``state.info["derived"]``;
+`step` rebuilds the System from those two. Episodes end on termination or after
 `episode_length` steps (truncation, kept distinct); the env then resets
 itself, and every `episodes_per_trial` episodes it draws a new context from
 the ranges stored in its state, which `set_ranges` replaces between calls
@@ -33,6 +34,7 @@ from metarl.envs.autoreset import check_strategy, on_cpu, pooled_where_done, whe
 from metarl.envs.mjcf import MjcfEnv
 
 CONTEXT = "context"  # state.info key: {name: sampled value}
+DERIVED = "derived"  # state.info key: {System field: value} derived from the context
 TRIAL = "trial"  # state.info key: TrialInfo
 POOL = "reset_pool"  # state.info key, reset_strategy="pool" only: ResetPool
 
@@ -63,7 +65,8 @@ class TrialInfo:
 
 @struct.dataclass
 class ResetPool:
-    """reset_strategy="pool": this env's next fresh (pipeline_state, obs, env info, context)."""
+    """reset_strategy="pool": this env's next fresh
+    (pipeline_state, obs, env info, (context, derived))."""
 
     pending: Any
     ready: jax.Array  # bool[]: pending is this env's next reset (False: to be refilled)
@@ -181,7 +184,11 @@ class ContextualEnv(Env):
             else jax.random.wrap_key_data(rng)  # a legacy uint32 jax.random.PRNGKey
         )
         context0 = {e.name: jnp.zeros(e.draw_shape, jnp.float32) for e in self.binding.entries}
-        first, context = self._first((key, jnp.int32(0), True, context0, ranges))
+        derived0 = jax.eval_shape(self.binding.derive, context0)
+        derived0 = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), derived0)
+        first, (context, derived) = self._first(
+            (key, jnp.int32(0), True, (context0, derived0), ranges)
+        )
         obs = self._observe(first.obs, context)
         zero = jnp.zeros((), jnp.float32)
         trial = TrialInfo(
@@ -198,9 +205,14 @@ class ContextualEnv(Env):
             final_obs=obs,
             current_ranges=jnp.ones((), jnp.float32),
         )
-        info = {**first.info, CONTEXT: context, TRIAL: trial}
+        info = {**first.info, CONTEXT: context, DERIVED: derived, TRIAL: trial}
         if self.reset_strategy == "pool":  # empty: filled when an env first finishes
-            pending = (first.pipeline_state, first.obs, self._reset_info(first.info), context)
+            pending = (
+                first.pipeline_state,
+                first.obs,
+                self._reset_info(first.info),
+                (context, derived),
+            )
             info[POOL] = ResetPool(pending, jnp.zeros((), bool))
         return _strong(State(first.pipeline_state, obs, zero, zero, first.metrics, info))
 
@@ -219,10 +231,11 @@ class ContextualEnv(Env):
                 + "; batch envs with jax.vmap(env.step)"
             )
         trial: TrialInfo = state.info[TRIAL]
-        context = state.info[CONTEXT]
+        drawn = (state.info[CONTEXT], state.info[DERIVED])
+        context = drawn[0]
         # The wrapped env sees its own observation, without the context appended.
         inner = state.replace(obs=self._base(state.obs))
-        nstate = self._call(self._env.step, context, inner, action)
+        nstate = self._call(self._env.step, drawn, inner, action)
         if self._fence and on_cpu():
             nstate = jax.lax.optimization_barrier(nstate)
 
@@ -241,13 +254,13 @@ class ContextualEnv(Env):
             trial.key,
             trial.resets,
             trial.episode + 1 >= self.episodes_per_trial,
-            context,
+            drawn,
             trial.ranges,
         )
         # A done env restarts from its own reset: physics, observation and the env's
         # own info (an episode's state kept there, such as a Playground task's
         # target or step counter, starts afresh, as Playground's full reset does).
-        current = (nstate.pipeline_state, nstate.obs, self._reset_info(nstate.info), context)
+        current = (nstate.pipeline_state, nstate.obs, self._reset_info(nstate.info), drawn)
         info = {}
         if self.reset_strategy == "pool":
             pool: ResetPool = state.info[POOL]
@@ -257,7 +270,7 @@ class ContextualEnv(Env):
             info[POOL] = ResetPool(pending, ready)
         else:
             selected = self._select(done > 0, operand, current)
-        pipeline_state, base_obs, env_info, context = selected
+        pipeline_state, base_obs, env_info, (context, derived) = selected
         obs = self._observe(base_obs, context)
         trial = trial.replace(
             resets=trial.resets + (done > 0).astype(jnp.int32),
@@ -273,11 +286,11 @@ class ContextualEnv(Env):
         )
         # A cut step's metrics and the info only the step writes are zeroed like its
         # reward: no NaN leaves the env.
-        ours = (CONTEXT, TRIAL, POOL)
+        ours = (CONTEXT, DERIVED, TRIAL, POOL)
         step_info = _cut(
             finite, {k: v for k, v in nstate.info.items() if k not in env_info and k not in ours}
         )
-        info = {**step_info, **env_info, CONTEXT: context, TRIAL: trial, **info}
+        info = {**step_info, **env_info, CONTEXT: context, DERIVED: derived, TRIAL: trial, **info}
         return _strong(
             nstate.replace(
                 pipeline_state=pipeline_state,
@@ -338,27 +351,32 @@ class ContextualEnv(Env):
         return state.replace(info=info)
 
     # ---- internals ----
-    def _call(self, fn, context: Context, *args):
+    def _call(self, fn, drawn: tuple[Context, Context], *args):
+        """`fn(*args)` on the System of `drawn` = (context, derived)."""
         b = self.binding
-        with self._env.using(b.apply(context), b.task_params(context)):
+        context, derived = drawn
+        with self._env.using(b.apply(context, derived), b.task_params(context)):
             return fn(*args)
 
-    def _first(self, operand) -> tuple[State, Context]:
-        """(key, resets, new_trial, context, ranges) -> first state of the next episode."""
-        key, resets, new_trial, context, ranges = operand
+    def _first(self, operand) -> tuple[State, tuple[Context, Context]]:
+        """(key, resets, new_trial, (context, derived), ranges) -> the first state of
+        the next episode, and its (context, derived): a new draw if new_trial, else
+        the running trial's."""
+        key, resets, new_trial, (context, derived), ranges = operand
         k = jax.random.fold_in(key, resets)
         k_context, k_reset = jax.random.split(k)
-        drawn = self.binding.sample(k_context, ranges)
-        context = jax.tree.map(lambda d, c: jnp.where(new_trial, d, c), drawn, context)
-        first = self._call(self._env.reset, context, jax.random.key_data(k_reset))
+        new = self.binding.sample(k_context, ranges)
+        new = (new, self.binding.derive(new))  # once per draw: `step` reuses it
+        drawn = jax.tree.map(lambda n, c: jnp.where(new_trial, n, c), new, (context, derived))
+        first = self._call(self._env.reset, drawn, jax.random.key_data(k_reset))
         # A reset that diverged (one that lets the robot settle, under a context that
         # blows up): its observation is zeroed, as a cut step's is; the next step,
         # simulating the same non-finite state, is cut and counted in `nonfinite`.
-        return first.replace(obs=_cut(_finite(first.obs), first.obs)), context
+        return first.replace(obs=_cut(_finite(first.obs), first.obs)), drawn
 
     def _fresh(self, operand):
-        first, context = self._first(operand)
-        return first.pipeline_state, first.obs, self._reset_info(first.info), context
+        first, drawn = self._first(operand)
+        return first.pipeline_state, first.obs, self._reset_info(first.info), drawn
 
     @functools.cached_property
     def _reset_info_keys(self) -> tuple[str, ...]:
