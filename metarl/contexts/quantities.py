@@ -196,13 +196,12 @@ def inverse_weights(sys):
     d = mjx.crb(sys, d)
     minv = jnp.linalg.inv(support.full_m(sys, d))
 
-    def body(b):
-        jacp, jacr = support.jac(sys, d, d.xipos[b], b)  # [nv, 3] each
-        return jnp.stack([jnp.trace(j.T @ minv @ j) / 3 for j in (jacp, jacr)])
-
     nbody = np.asarray(sys.body_parentid).shape[0]
+    jac = jax.vmap(lambda b: jnp.stack(support.jac(sys, d, d.xipos[b], b)))(jnp.arange(nbody))
+    jt_minv = jnp.tensordot(jac, minv, axes=[[2], [0]])  # [nbody, 2, 3, nv]: J' M^-1
+    trace = jnp.sum(jt_minv * jnp.swapaxes(jac, 2, 3), axis=(2, 3))  # of J' M^-1 J
     moving = jnp.asarray(np.asarray(sys.body_weldid) != 0, jnp.float32)[:, None]
-    fields = {"body_invweight0": jax.vmap(body)(jnp.arange(nbody)) * moving}
+    fields = {"body_invweight0": trace / 3 * moving}
     groups = np.arange(np.asarray(sys.dof_jntid).shape[0])
     for kind, adr in zip(np.asarray(sys.jnt_type), np.asarray(sys.jnt_dofadr), strict=True):
         if kind == _FREE:
