@@ -208,8 +208,8 @@ class _FirstOrder(C.Binding):
     """contextual_firstorder: derives nothing; the setters' first-order weights stay."""
 
     @property
-    def derives(self) -> bool:
-        return False
+    def derives(self) -> tuple[str, ...]:
+        return ()
 
 
 class _PerStep(C.Binding):

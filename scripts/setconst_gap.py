@@ -1,8 +1,9 @@
 """metarl's derived model fields against MuJoCo's `mj_setConst` (README, "Derived
 quantities"; audit of 2026-11-26): a context metarl writes into the mjx.Model whose
-derived field is read by MJX's constraint rows or muscle model. Cases A and B (the
-inverse weights) agree since `Binding.derive` computes them per drawn context; C and D
-(a muscle's `actuator_acc0` / `actuator_lengthrange`) are the known gap.
+derived field is read by MJX's constraint rows or muscle model. Before 2026-11-26 all
+four cases differed; `Binding.derive` now computes the inverse weights (A, B) and a
+muscle's `actuator_acc0` (C, D) per drawn context, and `actuator_gain` scales
+`actuator_lengthrange` (D): metarl and the MuJoCo-compiled model agree.
 Run: `python scripts/setconst_gap.py` (about 35 s on 2 CPU cores).
 
 Each case: a system settling to rest on a constraint (steady state is set by the

@@ -381,6 +381,49 @@ def test_inertia_contexts_set_the_inverse_weights_mujoco_computes(backend):
     jax.tree.map(np.testing.assert_array_equal, carried, got)
 
 
+# A muscle whose peak force MuJoCo derives from the limb it moves (force < 0: F0 =
+# scale / actuator_acc0), on a hinge whose range sets the muscle's length range
+MUSCLE_XML = """<mujoco><option timestep="0.002" gravity="0 0 0"/><worldbody>
+<body name="arm"><joint name="hinge" type="hinge" axis="0 1 0" limited="true" range="-60 60"/>
+<geom type="capsule" fromto="0 0 0 0.5 0 0" size="0.02" mass="{mass}" contype="0" conaffinity="0"/>
+</body></worldbody><actuator><muscle name="muscle" joint="hinge" gear="{gear}"/></actuator>
+</mujoco>"""
+
+
+def test_a_muscle_under_mass_and_gear_contexts_pulls_as_the_compiled_model_does():
+    """mass x3 and gear x2 on a muscle: `actuator_acc0` (from which MJX derives the
+    muscle's peak force) and `actuator_lengthrange` are those of the model MuJoCo
+    compiles with the same values, and 50 steps pulling on it end where that model's
+    do; the default context keeps the loaded acc0 bit for bit. acc0 is derived only
+    on MJX (Brax's backends have no muscles) and only for a model with a muscle."""
+    from mujoco import mjx
+
+    loaded = mjx.put_model(mujoco.MjModel.from_xml_string(MUSCLE_XML.format(mass=1, gear=1)))
+    space = {"mass": C.Fixed(1.0, relative=True), "actuator_gain": C.Fixed(1.0, relative=True)}
+    binding = _bind(space, "mjx", loaded)
+    assert binding.derives == ("weights", "acc0")
+    assert _bind({"actuator_gain": C.Scale(0.5, 2)}, "mjx", loaded).derives == ("acc0",)
+    assert _bind({"mass": C.Scale(0.5, 2)}, "generalized", mjcf.loads(MUSCLE_XML.format(
+        mass=1, gear=1))).derives == ("weights",)  # fmt: skip
+    assert _bind({"actuator_gain": C.Scale(0.5, 2)}, "mjx").derives == ()  # no muscle
+    apply = jax.jit(binding.apply)
+    same = apply(binding.default_context())
+    np.testing.assert_array_equal(same.actuator_acc0, loaded.actuator_acc0)
+
+    def pulled(m):
+        d = mjx.make_data(m).replace(ctrl=jnp.ones(1))
+        return jax.jit(lambda d: jax.lax.fori_loop(0, 50, lambda _, d: mjx.step(m, d), d))(d)
+
+    got = apply({"mass": jnp.float32(3.0), "actuator_gain": jnp.float32(2.0)})
+    compiled = mujoco.MjModel.from_xml_string(MUSCLE_XML.format(mass=3, gear=2))
+    np.testing.assert_allclose(got.actuator_acc0, compiled.actuator_acc0, rtol=1e-6)
+    np.testing.assert_allclose(got.actuator_lengthrange, compiled.actuator_lengthrange, rtol=1e-6)
+    ours, theirs = pulled(got), pulled(mjx.put_model(compiled))
+    np.testing.assert_allclose(ours.qpos, theirs.qpos, rtol=1e-5)
+    np.testing.assert_allclose(ours.actuator_force, theirs.actuator_force, rtol=1e-5)
+    assert abs(float(ours.qpos[0])) > 0.1  # it moved
+
+
 def test_geom_size_scales_collision_bounds():
     """The ball's size and bounds scale; the floor, a plane (infinite in collisions,
     its size never read), keeps its own."""

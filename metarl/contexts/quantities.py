@@ -16,9 +16,12 @@ stale:
   ball and the rotational half of free joints); translational dofs keep theirs
   (MuJoCo's `mj_setConst` gives the same for a single body).
 * The exact inverse weights for mass, inertia, armature and com_offset together
-  (what `mj_setConst` computes, tendons included) are `exact_inverse_weights`;
-  `Binding.derive` computes them once per drawn context and `Binding.apply`
-  writes them over the setters' first-order ones (`write_inverse_weights`).
+  (what `mj_setConst` computes, tendons included), and a muscle's `actuator_acc0`
+  under those and actuator_gain, are `setconst`'s; `Binding.derive` computes them
+  once per drawn context and `Binding.apply` writes them over the setters'
+  first-order ones (`write_setconst`).
+* actuator_gain: the gear, and `actuator_lengthrange` with it (an actuator's length
+  is linear in its gear; MuJoCo computes a muscle's range at compile time).
 * geom_size: `geom_rbound` and `geom_aabb` scale with the size, so broad-phase
   collision culling stays right. Masses are *not* recomputed from the new
   volume (MuJoCo does that only at compile time): vary `mass` as well if the
@@ -169,25 +172,57 @@ def _scale_inertia(sys, ratio, translational):
     return sys.tree_replace(fields)
 
 
-# Quantities that change the joint-space inertia at qpos0, and with it the inverse
-# weights MuJoCo's mj_setConst derives (the constraint solver's regularisation),
-# on the backends that read those weights (positional and spring read none).
-INERTIAL = ("mass", "inertia", "armature", "com_offset")
-WEIGHT_BACKENDS = ("generalized", "mjx")
-# What those weights depend on among the fields the INERTIAL setters write
+# ---- the constants MuJoCo's mj_setConst derives when it compiles a model ----
+# The constraint solver's inverse weights (its regularisation) depend on the joint-space
+# inertia at qpos0; a muscle's peak force (`force` < 0) on `actuator_acc0`, the
+# acceleration a unit actuator force gives at qpos0. Each group: the System fields it
+# depends on, the backends that read it, and the quantities (or raw fields) that write
+# those fields.
 INERTIAL_FIELDS = ("body_mass", "body_inertia", "body_ipos", "dof_armature")
+SETCONST = {
+    "weights": (INERTIAL_FIELDS, ("generalized", "mjx")),
+    "acc0": (INERTIAL_FIELDS + ("actuator_gear",), ("mjx",)),
+}
+# The setconst input each canonical quantity writes
+SETCONST_INPUT = {
+    "mass": "body_mass",
+    "inertia": "body_inertia",
+    "com_offset": "body_ipos",
+    "armature": "dof_armature",
+    "actuator_gain": "actuator_gear",
+}
+_MUSCLE = int(mujoco.mjtGain.mjGAIN_MUSCLE)
 
 
-def inverse_weights(sys):
-    """`body_invweight0`, `dof_invweight0` and `tendon_invweight0` as MuJoCo's
-    `mj_setConst` computes them, at qpos0, with MJX (inside jit, float32): the mean
+def setconst_groups(sys, backend: str, written: set[str]) -> tuple[str, ...]:
+    """The groups of `SETCONST` that a context writing the System fields `written`
+    changes and `backend` reads (acc0: only where some actuator is a muscle)."""
+    muscles = np.any(np.asarray(sys.actuator_gaintype) == _MUSCLE) or np.any(
+        np.asarray(sys.actuator_biastype) == int(mujoco.mjtBias.mjBIAS_MUSCLE)
+    )
+    return tuple(
+        group
+        for group, (inputs, backends) in SETCONST.items()
+        if backend in backends and set(inputs) & written and (group != "acc0" or muscles)
+    )
+
+
+def setconst(default, sys, groups: tuple[str, ...]) -> dict[str, jnp.ndarray]:
+    """{field: value} of `groups` as MuJoCo's `mj_setConst` computes them, at qpos0,
+    with MJX (inside jit, float32); where no field a group depends on differs from
+    `default`'s, the loaded values, bit for bit (a default context is the env's own
+    model).
+
+    weights: `body_invweight0`, `dof_invweight0` and `tendon_invweight0`: the mean
     diagonal of J M^-1 J' for each body's centre of mass (translation, rotation; 0 for
     a body welded to the world), the diagonal of M^-1 averaged over the translational
-    and rotational dofs of a free joint and the dofs of a ball joint, and
-    J M^-1 J' of each tendon. Against mj_setConst with masses, inertias, armatures and
-    centres of mass changed: relative differences of 4e-7, 1e-7 and 1e-5 on hopper, ant
-    and humanoid (checked once, 2026-11-26), within 2e-5 on a chain with two tendons
-    (tests/test_contexts.py)."""
+    and rotational dofs of a free joint and the dofs of a ball joint, and J M^-1 J' of
+    each tendon. Against mj_setConst with masses, inertias, armatures and centres of
+    mass changed: relative differences of 4e-7, 1e-7 and 1e-5 on hopper, ant and
+    humanoid (checked once, 2026-11-26), within 2e-5 on a chain with two tendons
+    (tests/test_contexts.py).
+
+    acc0: `actuator_acc0`, the norm of M^-1 times each actuator's moment arms."""
     from mujoco import mjx
     from mujoco.mjx._src import support
 
@@ -195,44 +230,46 @@ def inverse_weights(sys):
     d = mjx.com_pos(sys, mjx.kinematics(sys, d))
     d = mjx.crb(sys, d)
     minv = jnp.linalg.inv(support.full_m(sys, d))
-
-    nbody = np.asarray(sys.body_parentid).shape[0]
-    jac = jax.vmap(lambda b: jnp.stack(support.jac(sys, d, d.xipos[b], b)))(jnp.arange(nbody))
-    jt_minv = jnp.tensordot(jac, minv, axes=[[2], [0]])  # [nbody, 2, 3, nv]: J' M^-1
-    trace = jnp.sum(jt_minv * jnp.swapaxes(jac, 2, 3), axis=(2, 3))  # of J' M^-1 J
-    moving = jnp.asarray(np.asarray(sys.body_weldid) != 0, jnp.float32)[:, None]
-    fields = {"body_invweight0": trace / 3 * moving}
-    groups = np.arange(np.asarray(sys.dof_jntid).shape[0])
-    for kind, adr in zip(np.asarray(sys.jnt_type), np.asarray(sys.jnt_dofadr), strict=True):
-        if kind == _FREE:
-            groups[adr : adr + 3], groups[adr + 3 : adr + 6] = adr, adr + 3
-        elif kind == _BALL:
-            groups[adr : adr + 3] = adr
-    same = (groups[:, None] == groups[None, :]).astype(np.float32)
-    fields["dof_invweight0"] = jnp.asarray(same / same.sum(1, keepdims=True)) @ jnp.diag(minv)
-    if np.asarray(sys.tendon_adr).shape[0]:
-        ten_j = mjx.tendon(sys, d).ten_J  # [ntendon, nv]
+    fields = {}
+    if "weights" in groups:
+        nbody = np.asarray(sys.body_parentid).shape[0]
+        jac = jax.vmap(lambda b: jnp.stack(support.jac(sys, d, d.xipos[b], b)))(jnp.arange(nbody))
+        jt_minv = jnp.tensordot(jac, minv, axes=[[2], [0]])  # [nbody, 2, 3, nv]: J' M^-1
+        trace = jnp.sum(jt_minv * jnp.swapaxes(jac, 2, 3), axis=(2, 3))  # of J' M^-1 J
+        moving = jnp.asarray(np.asarray(sys.body_weldid) != 0, jnp.float32)[:, None]
+        fields["body_invweight0"] = trace / 3 * moving
+        groups_of = np.arange(np.asarray(sys.dof_jntid).shape[0])
+        for kind, adr in zip(np.asarray(sys.jnt_type), np.asarray(sys.jnt_dofadr), strict=True):
+            if kind == _FREE:
+                groups_of[adr : adr + 3], groups_of[adr + 3 : adr + 6] = adr, adr + 3
+            elif kind == _BALL:
+                groups_of[adr : adr + 3] = adr
+        same = (groups_of[:, None] == groups_of[None, :]).astype(np.float32)
+        fields["dof_invweight0"] = jnp.asarray(same / same.sum(1, keepdims=True)) @ jnp.diag(minv)
+    d = mjx.tendon(sys, d)
+    if "weights" in groups and np.asarray(sys.tendon_adr).shape[0]:
+        ten_j = d.ten_J  # [ntendon, nv]
         fields["tendon_invweight0"] = jnp.sum((ten_j @ minv) * ten_j, axis=1)
-    return fields
-
-
-def exact_inverse_weights(default, sys) -> dict[str, jnp.ndarray]:
-    """`inverse_weights(sys)`, {field: value}; where no field they depend on differs
-    from `default`'s, the loaded values, bit for bit (a default context is the env's
-    own model)."""
-    changed = jnp.any(
-        jnp.stack([jnp.any(getattr(sys, f) != getattr(default, f)) for f in INERTIAL_FIELDS])
-    )
+    if "acc0" in groups:
+        moment = mjx.transmission(sys, d)._impl.actuator_moment  # [nu, nv]
+        fields["actuator_acc0"] = jnp.linalg.norm(moment @ minv, axis=1)
+    changed = {
+        group: jnp.any(jnp.stack([jnp.any(getattr(sys, f) != getattr(default, f)) for f in inputs]))
+        for group, (inputs, _) in SETCONST.items()
+        if group in groups
+    }
     return {
-        k: jnp.where(changed, v, getattr(default, k)).astype(getattr(default, k).dtype)
-        for k, v in inverse_weights(sys).items()
+        k: jnp.where(
+            changed["acc0" if k == "actuator_acc0" else "weights"], v, getattr(default, k)
+        ).astype(getattr(default, k).dtype)
+        for k, v in fields.items()
     }
 
 
-def write_inverse_weights(sys, weights: dict[str, jnp.ndarray]):
-    """`sys` with `weights` (from `exact_inverse_weights`) written to every copy."""
-    fields = dict(weights)
-    if _brax(sys):
+def write_setconst(sys, fields: dict[str, jnp.ndarray]):
+    """`sys` with `fields` (from `setconst`) written, Brax's copies of the weights too."""
+    fields = dict(fields)
+    if _brax(sys) and "body_invweight0" in fields:
         fields["link.invweight"] = fields["body_invweight0"][1:, 0]
         fields["dof.invweight"] = fields["dof_invweight0"]
     return sys.tree_replace(fields)
@@ -336,12 +373,15 @@ def _gain_default(sys):
 def _gain_apply(sys, v):
     """Gain `v` written into the row's one nonzero entry (gear[0] for a row of
     zeros), or the whole row scaled to length |v| along its direction (traced
-    inputs welcome: an entry that selects some actuators applies after another)."""
+    inputs welcome: an entry that selects some actuators applies after another);
+    the actuator's length range scales with it."""
     gear, first, single, g0 = _gain_rows(sys)
     own = jnp.arange(gear.shape[1])[None, :] == first[:, None]
     ratio = v / jnp.where(g0 != 0, g0, 1.0)
     gear = jnp.where(single[:, None], jnp.where(own, v[:, None], gear), gear * ratio[:, None])
-    fields = {"actuator_gear": gear}
+    length = sys.actuator_lengthrange * ratio[:, None]  # a row of zeros keeps its range
+    length = jnp.where(g0[:, None] != 0, jnp.sort(length, axis=1), sys.actuator_lengthrange)
+    fields = {"actuator_gear": gear, "actuator_lengthrange": length}
     if _brax(sys):
         fields["actuator.gear"] = v
     return sys.tree_replace(fields)

@@ -35,14 +35,13 @@ from metarl.contexts import names as element_names
 from metarl.contexts import paths, reads
 from metarl.contexts.distributions import Choice, Distribution, LogUniform, Normal
 from metarl.contexts.quantities import (
-    INERTIAL,
-    INERTIAL_FIELDS,
     QUANTITIES,
-    WEIGHT_BACKENDS,
+    SETCONST_INPUT,
     Quantity,
-    exact_inverse_weights,
+    setconst,
+    setconst_groups,
     spring_scale_check,
-    write_inverse_weights,
+    write_setconst,
 )
 
 Context = dict[str, jax.Array]
@@ -421,33 +420,37 @@ class Binding:
         else computed here."""
         sys = self._write(context)
         if self.derives:
-            sys = write_inverse_weights(
-                sys, exact_inverse_weights(self.sys, sys) if derived is None else derived
+            sys = write_setconst(
+                sys, setconst(self.sys, sys, self.derives) if derived is None else derived
             )
         return sys
 
     def derive(self, context: Context) -> Context:
         """{field: value}: the model constants MuJoCo's `mj_setConst` derives from the
-        fields `context` writes, which no setter can update alone: the constraint
-        solver's inverse weights (`body_invweight0`, `dof_invweight0`,
-        `tendon_invweight0`, and Brax's copies) where the context changes masses,
-        inertias, armatures or centres of mass on a backend that reads them
-        (`derives`); else {}. As exact as a model compiled with these values, and the
-        loaded values bit for bit for the default context. It costs about a physics
-        step, so `ContextualEnv` computes it when it draws a context and carries it in
+        fields `context` writes, which no setter can update alone (the groups in
+        `derives`, `metarl.contexts.quantities.SETCONST`): the constraint solver's
+        inverse weights (`body_invweight0`, `dof_invweight0`, `tendon_invweight0`, and
+        Brax's copies) where the context changes masses, inertias, armatures or centres
+        of mass, and a muscle's `actuator_acc0` where it changes those or gears; {}
+        where none. As exact as a model compiled with these values, and the loaded
+        values bit for bit for the default context. It costs about a physics step,
+        so `ContextualEnv` computes it when it draws a context and carries it in
         ``state.info["derived"]`` beside the draw."""
         if not self.derives:
             return {}
-        return exact_inverse_weights(self.sys, self._write(context))
+        return setconst(self.sys, self._write(context), self.derives)
 
     @property
-    def derives(self) -> bool:
-        """True where `derive` has constants to compute (see there)."""
-        return self.backend in WEIGHT_BACKENDS and any(
-            (isinstance(e.target, Quantity) and any(e.target is QUANTITIES[n] for n in INERTIAL))
-            or (isinstance(e.target, paths.RawPath) and e.target.field in INERTIAL_FIELDS)
-            for e in self.entries
-        )
+    def derives(self) -> tuple[str, ...]:
+        """The groups of constants `derive` computes (empty: none)."""
+        written = set()
+        for e in self.entries:
+            if isinstance(e.target, paths.RawPath):
+                written.add(e.target.field)
+            for name, field in SETCONST_INPUT.items():
+                if e.target is QUANTITIES[name]:
+                    written.add(field)
+        return setconst_groups(self.sys, self.backend, written)
 
     def _write(self, context: Context) -> System:
         sys = self.sys
