@@ -191,14 +191,14 @@ SETCONST_INPUT = {
     "armature": "dof_armature",
     "actuator_gain": "actuator_gear",
 }
-_MUSCLE = int(mujoco.mjtGain.mjGAIN_MUSCLE)
+_MUSCLE_GAIN, _MUSCLE_BIAS = int(mujoco.mjtGain.mjGAIN_MUSCLE), int(mujoco.mjtBias.mjBIAS_MUSCLE)
 
 
 def setconst_groups(sys, backend: str, written: set[str]) -> tuple[str, ...]:
     """The groups of `SETCONST` that a context writing the System fields `written`
     changes and `backend` reads (acc0: only where some actuator is a muscle)."""
-    muscles = np.any(np.asarray(sys.actuator_gaintype) == _MUSCLE) or np.any(
-        np.asarray(sys.actuator_biastype) == int(mujoco.mjtBias.mjBIAS_MUSCLE)
+    muscles = np.any(np.asarray(sys.actuator_gaintype) == _MUSCLE_GAIN) or np.any(
+        np.asarray(sys.actuator_biastype) == _MUSCLE_BIAS
     )
     return tuple(
         group
