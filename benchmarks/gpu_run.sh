@@ -11,15 +11,17 @@
 #   bash benchmarks/gpu_run.sh profile      # where PPO's time goes (trace), two-device test
 #   bash benchmarks/gpu_run.sh repro        # same seed in fresh processes: same numbers? (~8 min)
 #   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs
-#   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~6 min): hopper's
-#                                           # pool, its cond guard, CUDA graphs; ant mjx; then ppo
+#   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
+#                                           # pool, its cond guard, derived constants; ant mjx
+#   bash benchmarks/gpu_run.sh first        # then at once (~6 min): PPO vs Brax PPO (3 seeds, mlp),
+#                                           # time to the first update with ppo.precompile
 #
 # Results land in $OUT (the device tool brings them back; copy a ppo JSON into the
 # tree to merge it in the next call); each stage ends with its tables. Every
 # command has its own time limit, so one that hangs costs its share, not the call.
 # SMOKE=1 shrinks every size, to check the script on a CPU in a few minutes.
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh headline | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
+stage=${1:?"usage: gpu_run.sh headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
 shift
 out=${OUT:-/tmp/gpu_run}
 mkdir -p "$out"
@@ -44,7 +46,7 @@ run() {  # run LIMIT_S NAME COMMAND...: COMMAND's output to the screen and $out/
 case $stage in
 headline)
   # What issue 8 still lacks, for a session lent 15 minutes of device time (machine
-  # start included; follow with "ppo 0 1 2" in the same session): hopper at 8192 envs,
+  # start included; follow with "first" in the same session): hopper at 8192 envs,
   # the one env below 0.97x; ant on MJX (dense, no platform switch since 2026-11-26)
   if [ "$smoke" = 1 ]; then h=(--envs inverted_pendulum --num-envs 64 --steps 20 --rounds 3)
     m=(--envs inverted_pendulum --num-envs 64 --steps 10 --rounds 2)
@@ -60,12 +62,6 @@ headline)
   run 130 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
     --variants plain contextual contextual_firstorder contextual_perstep contextual_pool \
     --out "$out/env_8192_mjx"
-  # The same hopper rounds with XLA's CUDA graphs allowed to hold loops and conditionals
-  # (device-side control flow: no predicate read by the host)
-  run 120 env_8192_hopper_graphs env \
-    XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL" \
-    python3 benchmarks/env_throughput.py "${h[@]}" --variants plain contextual \
-    contextual_pool_cond --out "$out/env_8192_hopper_graphs"
   ;;
 diagnose)
   # Where MJX's contextual step and hopper's pool lose their time on a GPU: ablations
@@ -109,6 +105,25 @@ poolcost)
   run 300 poolcost python3 benchmarks/env_throughput.py "${args[@]}" --variants plain \
     contextual_pool contextual_dense ablate_noreset ablate_norefill --out "$out/poolcost"
   ;;
+first)
+  # PPO against Brax PPO (3 seeds, mlp only: the gru's 0.73x was measured on the H100),
+  # then the time to the first update in fresh processes: the programs compiled one after
+  # the other, at once (ppo.precompile, which ppo.train and ppo_throughput now use), and at
+  # once with XLA's parallel LLVM compilation of a program's kernels
+  if [ "$smoke" = 1 ]; then
+    settings=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --num-timesteps 20000)
+    first=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --rounds 1)
+  else
+    settings=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16
+      --num-timesteps 2000000)
+    first=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16 --rounds 2)
+  fi
+  run 330 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --no-gru --seeds 0 1 2 \
+    --compile-cache --out "$out/ppo_seeds_0_1_2.json"
+  run 240 first_update python3 benchmarks/first_update.py "${first[@]}" \
+    --xla-flags=--xla_gpu_enable_llvm_module_compilation_parallelism=true \
+    --out "$out/first_update.json"
+  ;;
 ppo)
   seeds=() merge=()
   for a in "$@"; do [[ $a == *.json ]] && merge+=("$a") || seeds+=("$a"); done
@@ -150,7 +165,7 @@ resume)
   run 200 resume_deterministic env XLA_FLAGS="${XLA_FLAGS:-} --$deterministic" "${resumed[@]}"
   ;;
 *)
-  echo "unknown stage $stage: headline, env, poolcost, ppo, profile, repro or resume"
+  echo "unknown stage $stage: headline, first, env, poolcost, ppo, profile, repro or resume"
   exit 2
   ;;
 esac

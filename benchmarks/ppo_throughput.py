@@ -236,7 +236,12 @@ def metarl_ppo(cfg: Config, core: str, reset_strategy: str = "auto"):
         rl2_inputs=core != "mlp",
     )
     evaluator = E.Evaluator(env, episodes=cfg.eval_episodes, max_contexts=1)
-    train_space = functools.cache(lambda: ppo.make_train_space(env, config))  # on first use
+
+    @functools.cache
+    def train_space():  # on first use, compiled as ppo.train compiles a space it builds
+        space = ppo.make_train_space(env, config)
+        ppo.precompile(space)
+        return space
 
     def run(seed: int) -> dict:
         start = time.perf_counter()
