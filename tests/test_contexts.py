@@ -335,22 +335,27 @@ CHAIN_XML = """
 </mujoco>"""
 
 
+@pytest.mark.parametrize("offset", [True, False], ids=["com_offset", "linear"])
 @pytest.mark.parametrize("backend", ["generalized", "mjx"])
-def test_inertia_contexts_set_the_inverse_weights_mujoco_computes(backend):
+def test_inertia_contexts_set_the_inverse_weights_mujoco_computes(backend, offset):
     """mass, inertia, armature and com_offset together on a chain: the constraint
     solver's inverse weights (body, dof, tendon; Brax's copies too) are those
     mj_setConst computes for a model compiled with the same values, and for the
     default context the loaded ones, bit for bit; `apply` given `derive`'s constants
-    builds the same System as `apply` alone."""
+    builds the same System as `apply` alone. Without com_offset the inertia at qpos0
+    is linear in what the context writes, and is computed from Jacobians taken once
+    (`quantities.setconst_basis`), with the same result."""
     sys = mjcf.loads(CHAIN_XML)
     space = {
         "mass": C.Fixed(1.0, relative=True, per_element=True),
         "inertia": C.Fixed(1.0, relative=True, per_element=True),
         "armature[hip, knee]": C.Fixed(1.0, relative=True, per_element=True),
-        "com_offset": C.Fixed(0.0, per_element=True),
     }
+    if offset:
+        space["com_offset"] = C.Fixed(0.0, per_element=True)
     binding = _bind(space, backend, sys)
     assert binding.derives
+    assert (binding._setconst_basis is None) == offset
     exact = jax.jit(binding.apply)
     same = exact(binding.default_context())
     for f in ("body_invweight0", "dof_invweight0", "tendon_invweight0"):
@@ -358,17 +363,17 @@ def test_inertia_contexts_set_the_inverse_weights_mujoco_computes(backend):
     mass = np.array([2.0, 0.5, 3.0], np.float32)
     inertia = np.array([1.0, 2.0, 0.5], np.float32)
     armature = np.array([20.0, 0.2], np.float32)
-    offset = np.zeros((3, 3), np.float32)
-    offset[1] = [0.0, 0.0, -0.08]
-    context = {
-        "mass": mass, "inertia": inertia, "armature[hip, knee]": armature, "com_offset": offset
-    }  # fmt: skip
+    context = {"mass": mass, "inertia": inertia, "armature[hip, knee]": armature}
+    com = np.zeros((3, 3), np.float32)
+    if offset:
+        com[1] = [0.0, 0.0, -0.08]
+        context["com_offset"] = com
     got = exact(context)
     model = mujoco.MjModel.from_xml_string(CHAIN_XML)
     model.body_mass[1:] *= mass
     model.body_inertia[1:] *= (mass * inertia)[:, None]
     model.dof_armature[6:] *= armature
-    model.body_ipos[1:] += offset
+    model.body_ipos[1:] += com
     mujoco.mj_setConst(model, mujoco.MjData(model))
     for f in ("body_invweight0", "dof_invweight0", "tendon_invweight0"):
         np.testing.assert_allclose(

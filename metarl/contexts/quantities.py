@@ -207,7 +207,14 @@ def setconst_groups(sys, backend: str, written: set[str]) -> tuple[str, ...]:
     )
 
 
-def setconst(default, sys, groups: tuple[str, ...]) -> dict[str, jnp.ndarray]:
+# Quantities whose fields enter the joint-space inertia at qpos0 only linearly (masses,
+# inertias, armatures) and that write nothing the kinematics at qpos0 read: with only
+# these (and quantities that touch no setconst input), `setconst_basis` applies
+LINEAR_INPUTS = ("body_mass", "body_inertia", "dof_armature")
+NOT_LINEAR = ("com_offset", "geom_size", "actuator_gain")  # kinematics, wrapping, gears
+
+
+def setconst(default, sys, groups: tuple[str, ...], basis=None) -> dict[str, jnp.ndarray]:
     """{field: value} of `groups` as MuJoCo's `mj_setConst` computes them, at qpos0,
     with MJX (inside jit, float32); where no field a group depends on differs from
     `default`'s, the loaded values, bit for bit (a default context is the env's own
@@ -222,20 +229,24 @@ def setconst(default, sys, groups: tuple[str, ...]) -> dict[str, jnp.ndarray]:
     humanoid (checked once, 2026-11-26), within 2e-5 on a chain with two tendons
     (tests/test_contexts.py).
 
-    acc0: `actuator_acc0`, the norm of M^-1 times each actuator's moment arms."""
-    from mujoco import mjx
-    from mujoco.mjx._src import support
+    acc0: `actuator_acc0`, the norm of M^-1 times each actuator's moment arms.
 
-    d = mjx.make_data(sys).replace(qpos=sys.qpos0)
-    d = mjx.com_pos(sys, mjx.kinematics(sys, d))
-    d = mjx.crb(sys, d)
-    minv = jnp.linalg.inv(support.full_m(sys, d))
+    `basis`: `setconst_basis(default)`, valid where `sys` differs from `default` in
+    `LINEAR_INPUTS` only (among the fields the kinematics at qpos0 read): M is then
+    sum_b m_b Jp_b' Jp_b + sum_bk I_bk (R_b' Jr_b)_k' (R_b' Jr_b)_k + diag(armature), the
+    Jacobians taken once from the default model, a few contractions instead of MJX's
+    kinematics, composite inertias and Jacobians at every call."""
+    if basis is None:
+        minv, jac, ten_j, moment = _setconst_terms(sys, groups)
+    else:
+        m = jnp.tensordot(sys.body_mass, basis["mass"], 1)
+        m += jnp.tensordot(sys.body_inertia, basis["inertia"], 2)
+        minv = jnp.linalg.inv(m + jnp.diag(sys.dof_armature))
+        jac, ten_j, moment = basis["jac"], basis["ten_J"], basis["moment"]
     fields = {}
     if "weights" in groups:
-        nbody = np.asarray(sys.body_parentid).shape[0]
-        jac = jax.vmap(lambda b: jnp.stack(support.jac(sys, d, d.xipos[b], b)))(jnp.arange(nbody))
-        jt_minv = jnp.tensordot(jac, minv, axes=[[2], [0]])  # [nbody, 2, 3, nv]: J' M^-1
-        trace = jnp.sum(jt_minv * jnp.swapaxes(jac, 2, 3), axis=(2, 3))  # of J' M^-1 J
+        # trace of J M^-1 J' per body, translation and rotation: jac [nbody, 2, 3, nv]
+        trace = jnp.einsum("bsin,nm,bsim->bs", jac, minv, jac)
         moving = jnp.asarray(np.asarray(sys.body_weldid) != 0, jnp.float32)[:, None]
         fields["body_invweight0"] = trace / 3 * moving
         groups_of = np.arange(np.asarray(sys.dof_jntid).shape[0])
@@ -246,12 +257,9 @@ def setconst(default, sys, groups: tuple[str, ...]) -> dict[str, jnp.ndarray]:
                 groups_of[adr : adr + 3] = adr
         same = (groups_of[:, None] == groups_of[None, :]).astype(np.float32)
         fields["dof_invweight0"] = jnp.asarray(same / same.sum(1, keepdims=True)) @ jnp.diag(minv)
-    d = mjx.tendon(sys, d)
-    if "weights" in groups and np.asarray(sys.tendon_adr).shape[0]:
-        ten_j = d.ten_J  # [ntendon, nv]
-        fields["tendon_invweight0"] = jnp.sum((ten_j @ minv) * ten_j, axis=1)
+        if np.asarray(sys.tendon_adr).shape[0]:
+            fields["tendon_invweight0"] = jnp.sum((ten_j @ minv) * ten_j, axis=1)
     if "acc0" in groups:
-        moment = mjx.transmission(sys, d)._impl.actuator_moment  # [nu, nv]
         fields["actuator_acc0"] = jnp.linalg.norm(moment @ minv, axis=1)
     changed = {
         group: jnp.any(jnp.stack([jnp.any(getattr(sys, f) != getattr(default, f)) for f in inputs]))
@@ -264,6 +272,49 @@ def setconst(default, sys, groups: tuple[str, ...]) -> dict[str, jnp.ndarray]:
         ).astype(getattr(default, k).dtype)
         for k, v in fields.items()
     }
+
+
+def _setconst_terms(sys, groups):
+    """M^-1 at qpos0, the Jacobians of every body's centre of mass [nbody, 2, 3, nv]
+    (translation, rotation), the tendons' [ntendon, nv] and the actuators' moment arms
+    [nu, nv] (those a group in `groups` needs; None otherwise), computed by MJX."""
+    from mujoco import mjx
+    from mujoco.mjx._src import support
+
+    d = mjx.make_data(sys).replace(qpos=sys.qpos0)
+    d = mjx.com_pos(sys, mjx.kinematics(sys, d))
+    d = mjx.crb(sys, d)
+    minv = jnp.linalg.inv(support.full_m(sys, d))
+    nbody = np.asarray(sys.body_parentid).shape[0]
+    jac = jax.vmap(lambda b: jnp.stack(support.jac(sys, d, d.xipos[b], b)))(jnp.arange(nbody))
+    jac = jnp.swapaxes(jac, 2, 3)  # [nbody, 2, nv, 3] -> [nbody, 2, 3, nv]
+    d = mjx.tendon(sys, d)
+    moment = mjx.transmission(sys, d)._impl.actuator_moment if "acc0" in groups else None
+    return minv, jac, d.ten_J, moment
+
+
+def setconst_basis(default, groups: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """What `setconst(default, sys, groups, basis)` needs of the default model, once:
+    the Jacobians at qpos0 and the parts of M that each mass and each principal
+    inertia multiply (mass [nbody, nv, nv], inertia [nbody, 3, nv, nv])."""
+    from mujoco import mjx
+
+    def terms():
+        d = mjx.make_data(default).replace(qpos=default.qpos0)
+        d = mjx.com_pos(default, mjx.kinematics(default, d))
+        _, jac, ten_j, moment = _setconst_terms(default, groups)
+        jp = jac[:, 0]  # [nbody, 3, nv]
+        rj = jnp.einsum("bij,bin->bjn", d.ximat, jac[:, 1])  # R' Jr: principal axes
+        return {
+            "mass": jnp.einsum("bin,bim->bnm", jp, jp),
+            "inertia": jnp.einsum("bjn,bjm->bjnm", rj, rj),
+            "jac": jac,
+            "ten_J": ten_j,
+            "moment": moment,
+        }
+
+    with jax.ensure_compile_time_eval():  # constants, also when first asked inside a trace
+        return jax.tree.map(np.asarray, jax.jit(terms)())
 
 
 def write_setconst(sys, fields: dict[str, jnp.ndarray]):

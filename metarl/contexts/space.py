@@ -22,6 +22,7 @@ A name is one of:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -35,10 +36,13 @@ from metarl.contexts import names as element_names
 from metarl.contexts import paths, reads
 from metarl.contexts.distributions import Choice, Distribution, LogUniform, Normal
 from metarl.contexts.quantities import (
+    LINEAR_INPUTS,
+    NOT_LINEAR,
     QUANTITIES,
     SETCONST_INPUT,
     Quantity,
     setconst,
+    setconst_basis,
     setconst_groups,
     spring_scale_check,
     write_setconst,
@@ -420,9 +424,9 @@ class Binding:
         else computed here."""
         sys = self._write(context)
         if self.derives:
-            sys = write_setconst(
-                sys, setconst(self.sys, sys, self.derives) if derived is None else derived
-            )
+            if derived is None:
+                derived = setconst(self.sys, sys, self.derives, self._setconst_basis)
+            sys = write_setconst(sys, derived)
         return sys
 
     def derive(self, context: Context) -> Context:
@@ -438,7 +442,20 @@ class Binding:
         ``state.info["derived"]`` beside the draw."""
         if not self.derives:
             return {}
-        return setconst(self.sys, self._write(context), self.derives)
+        return setconst(self.sys, self._write(context), self.derives, self._setconst_basis)
+
+    @functools.cached_property
+    def _setconst_basis(self) -> dict[str, np.ndarray] | None:
+        """`setconst_basis` of the default model where every entry writes setconst
+        inputs linearly at most (`quantities.NOT_LINEAR`: none of those; a raw path
+        only to `LINEAR_INPUTS`), else None: MJX's kinematics at every call."""
+        for e in self.entries:
+            if isinstance(e.target, paths.RawPath):
+                if e.target.field not in LINEAR_INPUTS:
+                    return None
+            elif any(e.target is QUANTITIES[name] for name in NOT_LINEAR):
+                return None
+        return setconst_basis(self.sys, self.derives) if self.derives else None
 
     @property
     def derives(self) -> tuple[str, ...]:
