@@ -13,7 +13,7 @@
 #   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
 #                                           # pool, its cond guard, derived constants; ant mjx
-#   bash benchmarks/gpu_run.sh first        # then at once (~6 min): PPO vs Brax PPO (3 seeds, mlp),
+#   bash benchmarks/gpu_run.sh first        # then at once (~7 min): PPO vs Brax PPO (3 seeds, mlp),
 #                                           # time to the first update with ppo.precompile
 #
 # Results land in $OUT (the device tool brings them back; copy a ppo JSON into the
@@ -50,18 +50,18 @@ headline)
   # the one env below 0.97x; ant on MJX (dense, no platform switch since 2026-11-26)
   if [ "$smoke" = 1 ]; then h=(--envs inverted_pendulum --num-envs 64 --steps 20 --rounds 3)
     m=(--envs inverted_pendulum --num-envs 64 --steps 10 --rounds 2)
-  else h=(--envs hopper --num-envs 8192 --steps 300 --rounds 7)
-    m=(--envs ant --num-envs 8192 --steps 100 --rounds 5); fi
-  # contextual_pool_cond: the pool's refill decided by lax.cond, not a 0-or-1-trip loop
-  # whose predicate the host reads at every step (2026-11-26: ~7% of hopper's step)
-  run 200 env_8192_hopper python3 benchmarks/env_throughput.py "${h[@]}" \
-    --variants plain brax_dr contextual contextual_dense contextual_pool_cond \
-    contextual_firstorder contextual_perstep --out "$out/env_8192_hopper"
-  # Exact inverse weights (2026-11-26) are computed per drawn context; MJX's dense resets
-  # pay that at every step (ant, CPU: 0.685x vs 0.747x without): the pool pays it per refill
-  run 130 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
-    --variants plain contextual contextual_firstorder contextual_perstep contextual_pool \
-    --out "$out/env_8192_mjx"
+  else h=(--envs hopper --num-envs 8192 --steps 300 --rounds 5)
+    m=(--envs ant --num-envs 8192 --steps 100 --rounds 4); fi
+  # On the H100 of 2026-11-26 (evening) every contextual hopper variant compiled in about
+  # 30 s and seven of them ran past 200 s: four here. contextual_pool_cond: the pool's
+  # refill decided by lax.cond, not a 0-or-1-trip loop whose predicate the host reads at
+  # every step. contextual_firstorder: no derived constants (the cost of deriving them)
+  run 220 env_8192_hopper python3 benchmarks/env_throughput.py "${h[@]}" \
+    --variants plain contextual contextual_firstorder contextual_pool_cond \
+    --out "$out/env_8192_hopper"
+  # MJX's dense resets derive the constants at every step (auto on a GPU)
+  run 150 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+    --variants plain contextual contextual_firstorder --out "$out/env_8192_mjx"
   ;;
 diagnose)
   # Where MJX's contextual step and hopper's pool lose their time on a GPU: ablations
@@ -108,20 +108,18 @@ poolcost)
 first)
   # PPO against Brax PPO (3 seeds, mlp only: the gru's 0.73x was measured on the H100),
   # then the time to the first update in fresh processes: the programs compiled one after
-  # the other, at once (ppo.precompile, which ppo.train and ppo_throughput now use), and at
-  # once with XLA's parallel LLVM compilation of a program's kernels
+  # the other, and at once (ppo.precompile, which ppo.train and ppo_throughput now use)
   if [ "$smoke" = 1 ]; then
     settings=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --num-timesteps 20000)
     first=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --rounds 1)
   else
     settings=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16
       --num-timesteps 2000000)
-    first=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16 --rounds 2)
+    first=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16 --rounds 1)
   fi
   run 330 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --no-gru --seeds 0 1 2 \
     --compile-cache --out "$out/ppo_seeds_0_1_2.json"
-  run 240 first_update python3 benchmarks/first_update.py "${first[@]}" \
-    --xla-flags=--xla_gpu_enable_llvm_module_compilation_parallelism=true \
+  run 150 first_update python3 benchmarks/first_update.py "${first[@]}" \
     --out "$out/first_update.json"
   ;;
 ppo)
