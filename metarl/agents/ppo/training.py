@@ -271,7 +271,9 @@ def precompile(space: TrainSpace, context: Any = None) -> float:
     other. After it, `init_training_state`, `init_env_state` (with ranges shaped
     like `context`'s, None: the env's own space) and `run_train` compile nothing:
     each call finds its program in JAX's cache. XLA compiles one program's kernels
-    largely on one core; the programs' compilations overlap here.
+    largely on one core; the programs' compilations overlap here. `train` and
+    `metarl.experiment` call it on accelerators (one H100, hopper: the first update
+    34.7 s -> 23.3 s); on 2 CPU cores it changed nothing measurable.
     """
     key = seed_keys(0, space.num_seeds)
     ranges = _ranges_arg(space, context)
@@ -463,7 +465,8 @@ def train(
             raise ValueError(f"train: {name} must be an int >= 1, got {value!r}")
     if space is None:
         space = make_train_space(env, config, num_seeds)
-        precompile(space)
+        if jax.default_backend() != "cpu":  # no measurable gain on a CPU (first_update.py)
+            precompile(space)
     else:
         _check_reusable(space, env, config, num_seeds)
     k_train, k_env = split_keys(seed_keys(config.seed, num_seeds), 2)
