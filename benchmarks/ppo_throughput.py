@@ -240,8 +240,7 @@ def metarl_ppo(cfg: Config, core: str, reset_strategy: str = "auto"):
     @functools.cache
     def train_space():  # on first use, compiled as ppo.train compiles a space it builds
         space = ppo.make_train_space(env, config)
-        if jax.default_backend() != "cpu":
-            ppo.precompile(space)
+        ppo.precompile(space, skip_cpu=True)
         return space
 
     def run(seed: int) -> dict:

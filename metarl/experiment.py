@@ -189,8 +189,7 @@ def compile_experiment(exp: Experiment, num_seeds: int = 1) -> Compiled:
     programs at once on an accelerator (`ppo.precompile`), and builds the evaluator."""
     axes = _heatmap_axes(exp)
     space = ppo.make_train_space(exp.env, exp.ppo, num_seeds if num_seeds > 1 else None)
-    if jax.default_backend() != "cpu":  # no measurable gain on a CPU
-        ppo.precompile(space)
+    ppo.precompile(space, skip_cpu=True)
     return Compiled(
         space=space,
         evaluator=E.Evaluator(exp.env, exp.eval.episodes, _eval_size(exp.eval.contexts, axes)),

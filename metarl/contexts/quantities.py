@@ -237,7 +237,10 @@ def setconst(default, sys, groups: tuple[str, ...], basis=None) -> dict[str, jnp
     Jacobians taken once from the default model, a few contractions instead of MJX's
     kinematics, composite inertias and Jacobians at every call."""
     if basis is None:
-        minv, jac, ten_j, moment = _setconst_terms(sys, groups)
+        from mujoco.mjx._src import support
+
+        d, jac, ten_j, moment = _setconst_terms(sys, groups)
+        minv = jnp.linalg.inv(support.full_m(sys, d))
     else:
         m = jnp.tensordot(sys.body_mass, basis["mass"], 1)
         m += jnp.tensordot(sys.body_inertia, basis["inertia"], 2)
@@ -275,34 +278,30 @@ def setconst(default, sys, groups: tuple[str, ...], basis=None) -> dict[str, jnp
 
 
 def _setconst_terms(sys, groups):
-    """M^-1 at qpos0, the Jacobians of every body's centre of mass [nbody, 2, 3, nv]
-    (translation, rotation), the tendons' [ntendon, nv] and the actuators' moment arms
-    [nu, nv] (those a group in `groups` needs; None otherwise), computed by MJX."""
+    """MJX's data at qpos0 (kinematics, centres of mass, composite inertias), the
+    Jacobians of every body's centre of mass [nbody, 2, 3, nv] (translation,
+    rotation), the tendons' [ntendon, nv] and, where `groups` has acc0, the
+    actuators' moment arms [nu, nv] (else None)."""
     from mujoco import mjx
     from mujoco.mjx._src import support
 
     d = mjx.make_data(sys).replace(qpos=sys.qpos0)
-    d = mjx.com_pos(sys, mjx.kinematics(sys, d))
-    d = mjx.crb(sys, d)
-    minv = jnp.linalg.inv(support.full_m(sys, d))
+    d = mjx.crb(sys, mjx.com_pos(sys, mjx.kinematics(sys, d)))
     nbody = np.asarray(sys.body_parentid).shape[0]
     jac = jax.vmap(lambda b: jnp.stack(support.jac(sys, d, d.xipos[b], b)))(jnp.arange(nbody))
     jac = jnp.swapaxes(jac, 2, 3)  # [nbody, 2, nv, 3] -> [nbody, 2, 3, nv]
     d = mjx.tendon(sys, d)
     moment = mjx.transmission(sys, d)._impl.actuator_moment if "acc0" in groups else None
-    return minv, jac, d.ten_J, moment
+    return d, jac, d.ten_J, moment
 
 
 def setconst_basis(default, groups: tuple[str, ...]) -> dict[str, np.ndarray]:
     """What `setconst(default, sys, groups, basis)` needs of the default model, once:
     the Jacobians at qpos0 and the parts of M that each mass and each principal
     inertia multiply (mass [nbody, nv, nv], inertia [nbody, 3, nv, nv])."""
-    from mujoco import mjx
 
     def terms():
-        d = mjx.make_data(default).replace(qpos=default.qpos0)
-        d = mjx.com_pos(default, mjx.kinematics(default, d))
-        _, jac, ten_j, moment = _setconst_terms(default, groups)
+        d, jac, ten_j, moment = _setconst_terms(default, groups)
         jp = jac[:, 0]  # [nbody, 3, nv]
         rj = jnp.einsum("bij,bin->bjn", d.ximat, jac[:, 1])  # R' Jr: principal axes
         return {

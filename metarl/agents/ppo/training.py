@@ -263,9 +263,10 @@ def init_env_state(space: TrainSpace, key: jax.Array, context: Any = None) -> En
     return space.init_env(key, _ranges_arg(space, context))
 
 
-def precompile(space: TrainSpace, context: Any = None) -> float:
+def precompile(space: TrainSpace, context: Any = None, *, skip_cpu: bool = False) -> float:
     """Compiles the space's programs (init_training, init_env, set_ranges and the
-    iteration loop) at once, one thread each, and returns the seconds it took.
+    iteration loop) at once, one thread each, and returns the seconds it took
+    (0.0 with `skip_cpu` where the space's devices are CPUs: nothing compiled).
 
     Optional: without it each program compiles in its first call, one after the
     other. After it, `init_training_state`, `init_env_state` (with ranges shaped
@@ -273,8 +274,11 @@ def precompile(space: TrainSpace, context: Any = None) -> float:
     each call finds its program in JAX's cache. XLA compiles one program's kernels
     largely on one core; the programs' compilations overlap here. `train` and
     `metarl.experiment` call it on accelerators (one H100, hopper: the first update
-    34.7 s -> 23.3 s); on 2 CPU cores it changed nothing measurable.
+    34.7 s -> 23.3 s) with `skip_cpu`: on 2 CPU cores it changed nothing measurable,
+    and in threads beside pytest's two workers it slowed the suite from 10 to 18 min.
     """
+    if skip_cpu and space.mesh.devices.flat[0].platform == "cpu":
+        return 0.0
     key = seed_keys(0, space.num_seeds)
     ranges = _ranges_arg(space, context)
     training = jax.eval_shape(space.init_training, key)
@@ -465,8 +469,7 @@ def train(
             raise ValueError(f"train: {name} must be an int >= 1, got {value!r}")
     if space is None:
         space = make_train_space(env, config, num_seeds)
-        if jax.default_backend() != "cpu":  # no measurable gain on a CPU (first_update.py)
-            precompile(space)
+        precompile(space, skip_cpu=True)
     else:
         _check_reusable(space, env, config, num_seeds)
     k_train, k_env = split_keys(seed_keys(config.seed, num_seeds), 2)
