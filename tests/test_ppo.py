@@ -181,6 +181,36 @@ def test_precompile_leaves_nothing_to_compile(pendulum):
     assert all(m["compile_seconds"] == 0 and m["episodes"] > 0 for m in metrics)
 
 
+def test_the_training_program_runs_the_envs_python_once(monkeypatch):
+    """Tracing is host time before every first compile. The learner's loop once traced
+    a whole iteration twice (for its stats' shapes, then as the loop's body), and the
+    exact reset ran the env's reset twice (custom_vmap's unbatched trace, then its
+    batching rule): hopper's program took 5.8 s to trace, now 2.8 s."""
+    env = make_contextual("inverted_pendulum", GRAVITY)
+    assert env.reset_strategy == "pool"
+    calls = {"reset": 0, "step": 0}
+    source = env._env  # noqa: SLF001 - the wrapped env's own functions
+
+    def counted(name):
+        fn = getattr(source, name)
+
+        def call(*args):
+            calls[name] += 1
+            return fn(*args)
+
+        return call
+
+    for name in calls:
+        monkeypatch.setattr(source, name, counted(name))
+    space = ppo.make_train_space(env, replace(PENDULUM, num_envs=8, num_minibatches=2))
+    key = jax.random.key(0)
+    training = jax.eval_shape(lambda k: ppo.init_training_state(space, k), key)
+    state = jax.eval_shape(lambda k: ppo.init_env_state(space, k), key)
+    calls.update(reset=0, step=0)
+    space.iterate.trace(training, state, jnp.int32(1))
+    assert calls == {"reset": 1, "step": 1}
+
+
 def test_checkpoint_resume_is_bit_exact(tmp_path):
     env = make_contextual("inverted_pendulum", GRAVITY, episode_length=200)
     config = ppo.PPOConfig(

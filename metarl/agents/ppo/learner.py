@@ -15,6 +15,7 @@ normalised input and bias the ratio.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -277,13 +278,17 @@ def iterate_fn(env, agent, config, optimizer):
     """(ts, es, n) -> n iterations and their summed `IterationStats`
     (totals and losses summed over devices)."""
 
+    # Jitted once: the shapes of its stats and the loop's body come from one trace
+    # (JAX reuses it for the same argument types), not two of the whole env step.
+    one = jax.jit(functools.partial(iteration, env, agent, config, optimizer))
+
     def run(ts, es, n):
-        shapes = jax.eval_shape(lambda: iteration(env, agent, config, optimizer, ts, es)[2])
+        shapes = jax.eval_shape(one, ts, es)[2]
         init = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
         def body(i, carry):
             ts, es, acc = carry
-            ts, es, stats = iteration(env, agent, config, optimizer, ts, es)
+            ts, es, stats = one(ts, es)
             return ts, es, jax.tree.map(jnp.add, acc, stats)
 
         ts, es, acc = jax.lax.fori_loop(0, n, body, (ts, es, init))
