@@ -1,5 +1,6 @@
 """Distributions and ContextSpace: sampling properties and every bad-input case."""
 
+import functools
 import re
 
 import jax
@@ -239,20 +240,33 @@ def test_choice_respects_probabilities():
     assert abs((x == -1).mean() - 0.9) < 0.02
 
 
-@settings(max_examples=25, deadline=None)
-@given(low=st.floats(0.1, 1.0), width=st.floats(0, 2.0), seed=st.integers(0, 2**31 - 1))
-def test_space_samples_have_the_element_shapes(low, width, seed):
-    binding = _bind(
+def _shapes_space(low, width):
+    return C.ContextSpace(
         {
             "gravity": C.Uniform(low, low + width),
             "mass": C.Scale(low, low + width, per_element=True),
             "friction": C.Uniform(low, low + width),
         }
     )
-    ctx = jax.jit(binding.sample)(jax.random.key(seed), binding.space)
+
+
+@functools.cache
+def _shapes_programs():
+    """One binding, its sample and apply compiled once: the examples vary only numbers."""
+    binding = C.bind(_shapes_space(0.5, 1.0), SYS, "generalized")
+    return jax.jit(binding.sample), jax.jit(binding.apply)
+
+
+@settings(max_examples=25, deadline=None)
+@given(low=st.floats(0.1, 1.0), width=st.floats(0, 2.0), seed=st.integers(0, 2**31 - 1))
+def test_space_samples_have_the_element_shapes(low, width, seed):
+    sample, apply = _shapes_programs()
+    ctx = sample(jax.random.key(seed), _shapes_space(low, width))
     assert ctx["gravity"].shape == () and ctx["friction"].shape == ()
     assert ctx["mass"].shape == (SYS.num_links(),)
-    sys = binding.apply(ctx)
+    for name in ("gravity", "friction"):
+        assert np.float32(low) <= ctx[name] <= np.float32(low + width)
+    sys = apply(ctx)
     np.testing.assert_allclose(sys.geom_friction[:, 0], ctx["friction"])
     np.testing.assert_allclose(
         sys.link.inertia.mass, SYS.link.inertia.mass * ctx["mass"], rtol=1e-6

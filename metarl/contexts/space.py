@@ -852,6 +852,8 @@ def _check_overlaps(entries: list[_Entry], sys: System) -> None:
                         f"contexts {other.name!r} and {e.name!r} both write the same elements "
                         "of one quantity (one would overwrite the other): keep one of them"
                     )
+    if not any(isinstance(e.target, paths.RawPath) for e in entries):
+        return  # quantities compose and task parameters write no field: nothing can fight
     seen: dict[str, list[tuple[_Entry, np.ndarray]]] = {}
     for e in entries:
         for field, mask in _written(e, sys).items():
