@@ -5,6 +5,7 @@ import functools
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -250,9 +251,10 @@ def test_a_rerun_on_another_platform_refuses_unless_forced(exp, compiled, tmp_pa
     # as if it had started on 2 devices (the envs split two ways) with other XLA flags
     record["platform"].update(devices=2, XLA_FLAGS="--xla_gpu_deterministic_ops=true")
     path.write_text(json.dumps(record))
+    now = re.escape(os.environ.get("XLA_FLAGS", ""))  # tests/conftest.py may set one
     refusal = (
         r"(?s)another platform:\n  platform\.XLA_FLAGS: run has '--xla_gpu_deterministic_ops"
-        r"=true', now ''\n  platform\.devices: run has 2, now 1\n.*--resume force"
+        rf"=true', now '{now}'\n  platform\.devices: run has 2, now 1\n.*--resume force"
     )
     with pytest.raises(SystemExit, match=refusal):
         _run(exp, compiled, logdir, 2)
