@@ -314,7 +314,7 @@ def setconst_basis(default, groups: tuple[str, ...]) -> dict[str, np.ndarray]:
 
     # The model is the program's argument: closed over, its arrays were constants that
     # XLA folded through the whole computation when compiling it (8.1 s for
-    # inverted_pendulum, now 3.8 s, on 2 CPU cores). On the host's CPU on every
+    # inverted_pendulum, now 3.7 s, on 2 CPU cores). On the host's CPU on every
     # platform: the same numbers everywhere, and no accelerator compile for constants.
     cpu = jax.local_devices(backend="cpu")[0]
     with jax.ensure_compile_time_eval(), jax.default_device(cpu):
