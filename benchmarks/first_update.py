@@ -6,8 +6,11 @@ starts the clock, builds the train space, compiles (variant "precompile":
 `ppo.precompile`, the programs in threads; "sequential": each in its first call),
 initialises both states and runs one PPO iteration (one update round), and stops
 the clock when its result is on the host. The PPO settings are ppo_throughput.py's
-(same networks and sizes), whose Brax PPO compile time is the figure to compare
-with (measured there, in its own run).
+(same networks, sizes and constants). Variant "brax" is Brax PPO with the same
+settings, in a process of its own alike: the env built before the clock, then its
+`train` until its first progress report, which comes once its first update round is
+on the host (evaluations off; the build of its evaluator timed apart and left out,
+`with_evaluator_s` keeps it). It runs with `--core mlp` only (Brax has no GRU).
 
     python benchmarks/first_update.py --env hopper --num-envs 2048 --unroll-length 16 \\
         --num-minibatches 16 --rounds 3
@@ -28,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import tyro
 
-VARIANTS = ("sequential", "precompile")
+VARIANTS = ("sequential", "precompile", "brax")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,24 +48,33 @@ class Config:
     worker: str | None = None  # internal: run one measurement of this variant
 
 
+def _settings(cfg: Config):
+    """ppo_throughput.py's settings (networks, sizes, PPO constants) for one update."""
+    import ppo_throughput
+
+    return ppo_throughput.Config(
+        env=cfg.env,
+        num_envs=cfg.num_envs,
+        unroll_length=cfg.unroll_length,
+        num_minibatches=cfg.num_minibatches,
+        num_timesteps=cfg.num_envs * cfg.unroll_length,  # one update round
+        segments=1,
+    )
+
+
 def _measure(cfg: Config, variant: str) -> dict:
     import jax
+
+    if variant == "brax":
+        return _measure_brax(cfg)
+    import ppo_throughput
 
     from metarl import contexts as C
     from metarl.agents import ppo
     from metarl.envs import make_contextual
 
     env = make_contextual(cfg.env, C.ContextSpace({}), episode_length=1000)
-    config = ppo.PPOConfig(
-        num_envs=cfg.num_envs,
-        unroll_length=cfg.unroll_length,
-        num_minibatches=cfg.num_minibatches,
-        core=cfg.core,
-        hidden_size=32,
-        policy_hidden=(32, 32),  # ppo_throughput.py's POLICY and VALUE
-        value_hidden=(64, 64),
-        rl2_inputs=cfg.core != "mlp",
-    )
+    config = ppo_throughput.metarl_config(_settings(cfg), cfg.core)
     start = time.perf_counter()
     space = ppo.make_train_space(env, config)
     compiled = ppo.precompile(space) if variant == "precompile" else None
@@ -79,12 +91,49 @@ def _measure(cfg: Config, variant: str) -> dict:
     }
 
 
+def _measure_brax(cfg: Config) -> dict:
+    """Brax PPO's `train`, from its call to its first progress report, which it makes
+    once its first training epoch (here one update round, evaluations off) is on the
+    host. Its evaluator's build (compiling and running the eval env's reset) is timed
+    apart, as ppo_throughput.py does, and left out of `seconds` (metarl's has no
+    evaluator); `with_evaluator_s` keeps it in."""
+    import jax
+    import ppo_throughput as bench
+    from brax import envs as brax_envs
+    from brax.training.agents.ppo import train as brax_train
+
+    if cfg.core != "mlp":
+        raise ValueError(f"Brax PPO has no {cfg.core!r} core: run the brax variant with mlp")
+    environment = brax_envs.get_environment(cfg.env)  # built before the clock, as metarl's
+    reported, outside = [], {}
+    kwargs = bench.brax_kwargs(_settings(cfg), seed=0) | {"num_evals": 2, "run_evals": False}
+    with bench._timed(brax_train.acting.Evaluator, "__init__", outside, "evaluator_build_s", True):
+        start = time.perf_counter()
+        brax_train.train(
+            environment=environment,
+            progress_fn=lambda step, metrics: reported.append(time.perf_counter()),
+            **kwargs,
+        )
+    if len(reported) != 1 or "evaluator_build_s" not in outside:
+        raise RuntimeError(
+            f"Brax PPO reported {len(reported)} times (expected once, after its first "
+            f"epoch) and timed {sorted(outside)}: its train.py changed, update _measure_brax"
+        )
+    with_evaluator = reported[0] - start
+    return {
+        "seconds": with_evaluator - outside["evaluator_build_s"],
+        "with_evaluator_s": with_evaluator,
+        **outside,
+        "device": str(jax.devices()[0].device_kind),
+    }
+
+
 def main(cfg: Config) -> None:
     if cfg.worker is not None:
         print(json.dumps(_measure(cfg, cfg.worker)))
         return
     inherited = os.environ.get("XLA_FLAGS", "")
-    variants = {v: (v, inherited) for v in VARIANTS}
+    variants = {v: (v, inherited) for v in VARIANTS if v != "brax" or cfg.core == "mlp"}
     for flags in cfg.xla_flags:
         variants[f"precompile {flags}"] = ("precompile", f"{inherited} {flags}")
     args = [f"--env={cfg.env}", f"--num-envs={cfg.num_envs}", f"--core={cfg.core}"]
@@ -105,12 +154,13 @@ def main(cfg: Config) -> None:
             runs[name].append(result)
             print(f"round {r} {name}: {result}", flush=True)
     base = np.median([x["seconds"] for x in runs["sequential"]])
+    brax = np.median([x["seconds"] for x in runs["brax"]]) if "brax" in runs else np.nan
     print(f"\ntime to the first update, median of {cfg.rounds} fresh processes (min-max)")
     for name, xs in runs.items():
         s = [x["seconds"] for x in xs]
         print(
             f"{name:<40}{np.median(s):>8.1f} s ({min(s):.1f}-{max(s):.1f})"
-            f"{np.median(s) / base:>8.2f}x sequential"
+            f"{np.median(s) / base:>8.2f}x sequential{np.median(s) / brax:>8.2f}x brax"
         )
     if cfg.out:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,9 @@
 #   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
 #                                           # pool, its cond guard, derived constants; ant mjx
-#   bash benchmarks/gpu_run.sh first        # then at once (~7 min): PPO vs Brax PPO (3 seeds, mlp),
-#                                           # time to the first update with ppo.precompile
+#   bash benchmarks/gpu_run.sh first        # then at once (~8 min): time to the first update
+#                                           # (sequential, ppo.precompile, Brax PPO), then
+#                                           # PPO vs Brax PPO (3 seeds, mlp)
 #
 # Results land in $OUT (the device tool brings them back; copy a ppo JSON into the
 # tree to merge it in the next call); each stage ends with its tables. Every
@@ -106,9 +107,10 @@ poolcost)
     contextual_pool contextual_dense ablate_noreset ablate_norefill --out "$out/poolcost"
   ;;
 first)
-  # PPO against Brax PPO (3 seeds, mlp only: the gru's 0.73x was measured on the H100),
-  # then the time to the first update in fresh processes: the programs compiled one after
-  # the other, and at once (ppo.precompile, which ppo.train and ppo_throughput now use)
+  # The time to the first update in fresh processes: the programs compiled one after the
+  # other, at once (ppo.precompile, which ppo.train and ppo_throughput now use), and Brax
+  # PPO's; then PPO against Brax PPO (3 seeds, mlp only: the gru's 0.73x was measured on
+  # the H100)
   if [ "$smoke" = 1 ]; then
     settings=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --num-timesteps 20000)
     first=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --rounds 1)
@@ -117,10 +119,12 @@ first)
       --num-timesteps 2000000)
     first=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16 --rounds 1)
   fi
+  # first_update.py's "brax" variant: Brax PPO's own time to its first update, in a
+  # fresh process like metarl's (2 CPU cores, hopper: 20.0 s against metarl's 26.9 s)
+  run 200 first_update python3 benchmarks/first_update.py "${first[@]}" \
+    --out "$out/first_update.json"
   run 330 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --no-gru --seeds 0 1 2 \
     --compile-cache --out "$out/ppo_seeds_0_1_2.json"
-  run 150 first_update python3 benchmarks/first_update.py "${first[@]}" \
-    --out "$out/first_update.json"
   ;;
 ppo)
   seeds=() merge=()

@@ -143,9 +143,57 @@ def _timed(owner, name: str, seconds: dict[str, float], label: str, wait_self: b
         setattr(owner, name, original)
 
 
+def brax_kwargs(cfg: Config, seed: int) -> dict:
+    """Brax PPO's `train` arguments for these settings, but the env and progress_fn."""
+    from brax.training.agents.ppo import networks as ppo_networks
+
+    return dict(
+        num_timesteps=cfg.num_timesteps,
+        episode_length=cfg.episode_length,
+        num_envs=cfg.num_envs,
+        batch_size=cfg.num_envs // cfg.num_minibatches,
+        num_minibatches=cfg.num_minibatches,
+        num_updates_per_batch=cfg.num_updates_per_batch,
+        unroll_length=cfg.unroll_length,
+        learning_rate=cfg.learning_rate,
+        entropy_cost=cfg.entropy_cost,
+        discounting=cfg.discounting,
+        gae_lambda=0.95,
+        clipping_epsilon=0.3,
+        max_grad_norm=1.0,
+        normalize_observations=True,
+        num_evals=cfg.segments + 1,
+        num_eval_envs=cfg.eval_episodes,
+        deterministic_eval=True,
+        seed=seed,
+        network_factory=functools.partial(
+            ppo_networks.make_ppo_networks,
+            policy_hidden_layer_sizes=POLICY,
+            value_hidden_layer_sizes=VALUE,
+        ),
+    )
+
+
+def metarl_config(cfg: Config, core: str) -> ppo.PPOConfig:
+    """metarl's PPO config for these settings (seed 0)."""
+    return ppo.PPOConfig(
+        num_envs=cfg.num_envs,
+        unroll_length=cfg.unroll_length,
+        num_minibatches=cfg.num_minibatches,
+        num_updates_per_batch=cfg.num_updates_per_batch,
+        learning_rate=cfg.learning_rate,
+        entropy_cost=cfg.entropy_cost,
+        discounting=cfg.discounting,
+        core=core,
+        hidden_size=32,
+        policy_hidden=POLICY,
+        value_hidden=VALUE,
+        rl2_inputs=core != "mlp",
+    )
+
+
 def brax_ppo(cfg: Config, seed: int) -> dict:
     from brax import envs as brax_envs
-    from brax.training.agents.ppo import networks as ppo_networks
     from brax.training.agents.ppo import train as brax_train
 
     rewards, sps, steps, eval_s = [], [], [0], [0.0]
@@ -169,33 +217,7 @@ def brax_ppo(cfg: Config, seed: int) -> dict:
             _timed(brax_train.pmap, "assert_is_replicated", outside, "replication_check_s")
         )
         start = time.perf_counter()
-        brax_train.train(
-            environment=environment,
-            num_timesteps=cfg.num_timesteps,
-            episode_length=cfg.episode_length,
-            num_envs=cfg.num_envs,
-            batch_size=cfg.num_envs // cfg.num_minibatches,
-            num_minibatches=cfg.num_minibatches,
-            num_updates_per_batch=cfg.num_updates_per_batch,
-            unroll_length=cfg.unroll_length,
-            learning_rate=cfg.learning_rate,
-            entropy_cost=cfg.entropy_cost,
-            discounting=cfg.discounting,
-            gae_lambda=0.95,
-            clipping_epsilon=0.3,
-            max_grad_norm=1.0,
-            normalize_observations=True,
-            num_evals=cfg.segments + 1,
-            num_eval_envs=cfg.eval_episodes,
-            deterministic_eval=True,
-            seed=seed,
-            network_factory=functools.partial(
-                ppo_networks.make_ppo_networks,
-                policy_hidden_layer_sizes=POLICY,
-                value_hidden_layer_sizes=VALUE,
-            ),
-            progress_fn=progress,
-        )
+        brax_train.train(environment=environment, progress_fn=progress, **brax_kwargs(cfg, seed))
         wall = time.perf_counter() - start
     missing = {"evaluator_build_s", "replication_check_s"} - outside.keys()
     if missing:  # another Brax, whose train.py reaches them by other names: nothing was timed
@@ -221,20 +243,7 @@ def metarl_ppo(cfg: Config, core: str, reset_strategy: str = "auto"):
         episode_length=cfg.episode_length,
         reset_strategy=reset_strategy,
     )
-    config = ppo.PPOConfig(
-        num_envs=cfg.num_envs,
-        unroll_length=cfg.unroll_length,
-        num_minibatches=cfg.num_minibatches,
-        num_updates_per_batch=cfg.num_updates_per_batch,
-        learning_rate=cfg.learning_rate,
-        entropy_cost=cfg.entropy_cost,
-        discounting=cfg.discounting,
-        core=core,
-        hidden_size=32,
-        policy_hidden=POLICY,
-        value_hidden=VALUE,
-        rl2_inputs=core != "mlp",
-    )
+    config = metarl_config(cfg, core)
     evaluator = E.Evaluator(env, episodes=cfg.eval_episodes, max_contexts=1)
 
     @functools.cache
