@@ -16,6 +16,10 @@ on the host (evaluations off; the build of its evaluator timed apart and left ou
         --num-minibatches 16 --rounds 3
 
 `--xla-flags` adds a variant per flag set: "precompile" with those XLA_FLAGS.
+`--strategies dense loop noreset` adds "sequential" with the env's reset strategy
+forced, or with done envs never reset ("noreset", not exact): what the exact reset
+compiled into the training program costs. `--then N` also times N more iterations
+in each of metarl's processes (what a faster-compiling strategy gives up in speed).
 """
 
 from __future__ import annotations
@@ -44,6 +48,13 @@ class Config:
     core: str = "mlp"
     # extra variants: "precompile" under each of these XLA_FLAGS strings
     xla_flags: tuple[str, ...] = ()
+    # extra variants "sequential:<strategy>": the env's reset strategy forced (dense,
+    # loop, pool, ...), or "noreset": dense with done envs never reset (not exact; what
+    # the exact resets cost, as env_throughput.py's ablate_noreset)
+    strategies: tuple[str, ...] = ()
+    # then time this many more iterations (metarl's variants): the steady speed that a
+    # faster-compiling strategy may give up
+    then: int = 0
     out: str | None = None  # a JSON file for every measurement
     worker: str | None = None  # internal: run one measurement of this variant
 
@@ -73,7 +84,13 @@ def _measure(cfg: Config, variant: str) -> dict:
     from metarl.agents import ppo
     from metarl.envs import make_contextual
 
-    env = make_contextual(cfg.env, C.ContextSpace({}), episode_length=1000)
+    variant, _, strategy = variant.partition(":")
+    forced = {"reset_strategy": "dense" if strategy == "noreset" else strategy} if strategy else {}
+    env = make_contextual(cfg.env, C.ContextSpace({}), episode_length=1000, **forced)
+    if strategy == "noreset":
+        import env_throughput
+
+        env = env_throughput._ablated(env, "noreset")
     config = ppo_throughput.metarl_config(_settings(cfg), cfg.core)
     start = time.perf_counter()
     space = ppo.make_train_space(env, config)
@@ -83,10 +100,18 @@ def _measure(cfg: Config, variant: str) -> dict:
     es = ppo.init_env_state(space, k_env)
     ts, es, metrics = ppo.run_train(space, ts, es, config.batch_size)
     jax.block_until_ready(ts)
+    seconds = time.perf_counter() - start
+    then = None
+    if cfg.then:
+        start = time.perf_counter()
+        ts, es, _ = ppo.run_train(space, ts, es, cfg.then * config.batch_size)
+        jax.block_until_ready(ts)
+        then = time.perf_counter() - start
     return {
-        "seconds": time.perf_counter() - start,
+        "seconds": seconds,
         "precompile_s": compiled,
         "loop_compile_s": metrics["compile_seconds"],
+        "then_s": then,  # the --then iterations after the first
         "device": str(jax.devices()[0].device_kind),
     }
 
@@ -136,8 +161,11 @@ def main(cfg: Config) -> None:
     variants = {v: (v, inherited) for v in VARIANTS if v != "brax" or cfg.core == "mlp"}
     for flags in cfg.xla_flags:
         variants[f"precompile {flags}"] = ("precompile", f"{inherited} {flags}")
+    for strategy in cfg.strategies:
+        variants[f"sequential:{strategy}"] = (f"sequential:{strategy}", inherited)
     args = [f"--env={cfg.env}", f"--num-envs={cfg.num_envs}", f"--core={cfg.core}"]
     args += [f"--unroll-length={cfg.unroll_length}", f"--num-minibatches={cfg.num_minibatches}"]
+    args += [f"--then={cfg.then}"]
     runs = {name: [] for name in variants}
     for r in range(cfg.rounds):
         for name, (variant, flags) in variants.items():
@@ -158,9 +186,13 @@ def main(cfg: Config) -> None:
     print(f"\ntime to the first update, median of {cfg.rounds} fresh processes (min-max)")
     for name, xs in runs.items():
         s = [x["seconds"] for x in xs]
+        loop = [x["loop_compile_s"] for x in xs if x.get("loop_compile_s")]
+        then = [x["then_s"] for x in xs if x.get("then_s")]
         print(
             f"{name:<40}{np.median(s):>8.1f} s ({min(s):.1f}-{max(s):.1f})"
             f"{np.median(s) / base:>8.2f}x sequential{np.median(s) / brax:>8.2f}x brax"
+            + (f"   (training loop's compile {np.median(loop):.1f} s)" if loop else "")
+            + (f"   ({cfg.then} more iterations {np.median(then):.2f} s)" if then else "")
         )
     if cfg.out:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)

@@ -120,9 +120,10 @@ first)
     first=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16 --rounds 1)
   fi
   # first_update.py's "brax" variant: Brax PPO's own time to its first update, in a
-  # fresh process like metarl's (2 CPU cores, hopper: 20.0 s against metarl's 26.9 s)
-  run 200 first_update python3 benchmarks/first_update.py "${first[@]}" \
-    --out "$out/first_update.json"
+  # fresh process like metarl's (2 CPU cores, hopper: 20.2 s against metarl's 27.9 s,
+  # 19.8 s for metarl's noreset diagnostic: the gap there is the exact reset's compile)
+  run 240 first_update python3 benchmarks/first_update.py "${first[@]}" \
+    --strategies noreset --out "$out/first_update.json"
   run 330 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --no-gru --seeds 0 1 2 \
     --compile-cache --out "$out/ppo_seeds_0_1_2.json"
   ;;
