@@ -155,3 +155,21 @@ def test_the_brax_timer_wraps_for_the_call_only():
     assert brax_train.acting.Evaluator is acting.Evaluator and brax_train.pmap is pmap
     source = inspect.getsource(brax_train.train)
     assert "acting.Evaluator(" in source and "pmap.assert_is_replicated(" in source
+
+
+def test_first_update_times_one_update_round_on_both_sides(monkeypatch):
+    """first_update.py's Brax PPO run trains exactly one of Brax's training steps before
+    its first progress report, with the env steps of one metarl iteration, and the
+    same PPO settings as ppo_throughput.py's trainers."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # first_update imports ppo_throughput
+    first = _load("first_update")
+    cfg = first.Config(env="hopper", num_envs=2048, unroll_length=16, num_minibatches=16)
+    settings = first._settings(cfg)
+    bench = sys.modules.get("ppo_throughput") or _load("ppo_throughput")
+    brax = bench.brax_kwargs(settings, seed=0)
+    per_training_step = brax["batch_size"] * brax["num_minibatches"] * brax["unroll_length"]
+    metarl = bench.metarl_config(settings, "mlp")
+    assert brax["num_timesteps"] == per_training_step == metarl.batch_size == 2048 * 16
+    assert metarl.num_minibatches == brax["num_minibatches"] == 16
+    assert metarl.num_updates_per_batch == brax["num_updates_per_batch"]
+    assert metarl.learning_rate == brax["learning_rate"]
