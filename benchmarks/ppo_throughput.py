@@ -143,21 +143,21 @@ def _timed(owner, name: str, seconds: dict[str, float], label: str, wait_self: b
         setattr(owner, name, original)
 
 
+def _shared(cfg: Config) -> dict:
+    """The settings both trainers take under the same names."""
+    names = ("num_envs", "unroll_length", "num_minibatches", "num_updates_per_batch")
+    return {k: getattr(cfg, k) for k in names + ("learning_rate", "entropy_cost", "discounting")}
+
+
 def brax_kwargs(cfg: Config, seed: int) -> dict:
     """Brax PPO's `train` arguments for these settings, but the env and progress_fn."""
     from brax.training.agents.ppo import networks as ppo_networks
 
     return dict(
+        **_shared(cfg),
         num_timesteps=cfg.num_timesteps,
         episode_length=cfg.episode_length,
-        num_envs=cfg.num_envs,
         batch_size=cfg.num_envs // cfg.num_minibatches,
-        num_minibatches=cfg.num_minibatches,
-        num_updates_per_batch=cfg.num_updates_per_batch,
-        unroll_length=cfg.unroll_length,
-        learning_rate=cfg.learning_rate,
-        entropy_cost=cfg.entropy_cost,
-        discounting=cfg.discounting,
         gae_lambda=0.95,
         clipping_epsilon=0.3,
         max_grad_norm=1.0,
@@ -177,13 +177,7 @@ def brax_kwargs(cfg: Config, seed: int) -> dict:
 def metarl_config(cfg: Config, core: str) -> ppo.PPOConfig:
     """metarl's PPO config for these settings (seed 0)."""
     return ppo.PPOConfig(
-        num_envs=cfg.num_envs,
-        unroll_length=cfg.unroll_length,
-        num_minibatches=cfg.num_minibatches,
-        num_updates_per_batch=cfg.num_updates_per_batch,
-        learning_rate=cfg.learning_rate,
-        entropy_cost=cfg.entropy_cost,
-        discounting=cfg.discounting,
+        **_shared(cfg),
         core=core,
         hidden_size=32,
         policy_hidden=POLICY,
