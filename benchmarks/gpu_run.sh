@@ -11,6 +11,10 @@
 #   bash benchmarks/gpu_run.sh profile      # where PPO's time goes (trace), two-device test
 #   bash benchmarks/gpu_run.sh repro        # same seed in fresh processes: same numbers? (~8 min)
 #   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs
+#   bash benchmarks/gpu_run.sh essential    # a 15-min device budget's first call (~8 min): the
+#                                           # four envs at 8192 (plain, Brax DR, auto) on the
+#                                           # current code and the time to the first update
+#                                           # against Brax PPO's; then "ppo 0 1 2" (~6 min)
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
 #                                           # pool, its cond guard, derived constants; ant mjx
 #   bash benchmarks/gpu_run.sh first        # then at once (~8 min): time to the first update
@@ -22,7 +26,7 @@
 # command has its own time limit, so one that hangs costs its share, not the call.
 # SMOKE=1 shrinks every size, to check the script on a CPU in a few minutes.
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
+stage=${1:?"usage: gpu_run.sh essential | headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
 shift
 out=${OUT:-/tmp/gpu_run}
 mkdir -p "$out"
@@ -45,6 +49,25 @@ run() {  # run LIMIT_S NAME COMMAND...: COMMAND's output to the screen and $out/
 }
 
 case $stage in
+essential)
+  # Issue 8's open figures in one call: every env of its table at 8192 envs on the
+  # current code (auto = the pool on Brax's backends, dense on MJX; the H100 figures in
+  # the README predate the derived constants' basis), then the time to the first
+  # update, metarl's against Brax PPO's own (first_update.py's brax variant)
+  if [ "$smoke" = 1 ]; then b=(--envs inverted_pendulum hopper --num-envs 64 --steps 20 --rounds 2)
+    m=(--envs inverted_pendulum --num-envs 64 --steps 10 --rounds 2)
+    first=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --rounds 1)
+  else b=(--envs hopper ant inverted_pendulum --num-envs 8192 --steps 200 --rounds 5)
+    m=(--envs ant --num-envs 8192 --steps 100 --rounds 4)
+    first=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16 --rounds 1)
+  fi
+  run 250 env_8192_brax python3 benchmarks/env_throughput.py "${b[@]}" \
+    --variants plain brax_dr contextual --out "$out/env_8192_brax"
+  run 110 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+    --variants plain brax_dr contextual --out "$out/env_8192_mjx"
+  run 170 first_update python3 benchmarks/first_update.py "${first[@]}" \
+    --out "$out/first_update.json"
+  ;;
 headline)
   # What issue 8 still lacks, for a session lent 15 minutes of device time (machine
   # start included; follow with "first" in the same session): hopper at 8192 envs,
@@ -168,7 +191,7 @@ resume)
   run 200 resume_deterministic env XLA_FLAGS="${XLA_FLAGS:-} --$deterministic" "${resumed[@]}"
   ;;
 *)
-  echo "unknown stage $stage: headline, first, env, poolcost, ppo, profile, repro or resume"
+  echo "unknown stage $stage: essential, headline, first, env, poolcost, ppo, profile, repro or resume"
   exit 2
   ;;
 esac
