@@ -206,7 +206,8 @@ def test_auto_is_the_pool_on_brax_backends_and_mjx_fences_only_on_a_cpu():
     assert "optimization_barrier" not in on_gpu and "stablehlo.case" not in on_gpu
     assert on_gpu == program(dense, "cuda", "gpu")
     on_cpu = program(mjx_env, "cpu", "cpu")
-    assert "optimization_barrier" in on_cpu and "stablehlo.case" not in on_cpu
+    # one conditional: the loop's trip over a chunk of done envs, skipped past the last
+    assert "optimization_barrier" in on_cpu and on_cpu.count("stablehlo.case") == 1
     assert on_cpu == program(loop, "cpu", "cpu")
     # The pool's refill on a GPU is dense, with no platform switch either
     pool_gpu = program(brax_env, "cuda", "gpu")

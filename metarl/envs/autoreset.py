@@ -11,13 +11,19 @@ function carries a `jax.custom_batching` rule):
   control flow, so nothing waits on the host: the fastest on a GPU, where a
   step is a fixed sequence of kernels whose cost barely depends on the batch.
 * ``"loop"``: gathers the indices of the done envs and computes fresh states
-  only for them, in chunks of ``ceil(chunk * batch)`` envs (at least 2) inside a loop of
-  ceil(#done / chunk) trips, then scatters them back. Cost proportional to the
-  number of done envs: the fastest on a CPU (DESIGN.md: a dense reset costs
-  6-15% of CPU throughput), slow on a GPU, where every trip waits on the host.
+  only for them, in chunks of ``ceil(chunk * batch)`` envs (at least 2), then
+  scatters them back. Cost proportional to the number of done envs: the fastest
+  on a CPU (DESIGN.md: a dense reset costs 6-15% of CPU throughput), slow on a
+  GPU, where every trip waits on the host. The chunks are a loop of a fixed
+  batch / chunk trips, each a `lax.cond` that skips the chunks past the last
+  done env, not a `while_loop` of ceil(#done / chunk) trips: JAX cannot remove
+  the unused parts of a while loop's carry, so a while loop kept every field of
+  the physics state alive through the step, also those the next step recomputes
+  before reading (ant on MJX: all 144 arrays of `mjx.Data` carried through each
+  physics substep, against plain Brax's 60, and 0.90x of its speed on 2 CPU
+  cores; 0.97x with the fixed loop, benchmarks/results/README.md).
 * ``"compact"``: the loop, with its first chunk computed unconditionally
-  (outside the loop), so that a step with few done envs makes one trip check
-  instead of two.
+  (outside the loop).
 * ``"auto"`` (default): ``"loop"`` where JAX's default backend is the CPU,
   ``"dense"`` elsewhere, chosen when the function is traced (`on_cpu`).
   (`ContextualEnv`'s own ``"auto"`` is the pool on Brax's backends and this
@@ -125,20 +131,23 @@ def _batched_impls(fresh_fn: Callable[[Any], Any], chunk: float) -> dict[str, Ca
         size = min(axis_size, max(2, math.ceil(axis_size * chunk)))
         padded = math.ceil(axis_size / size) * size
         order = jnp.nonzero(done, size=padded, fill_value=axis_size)[0]
-        trips = (jnp.sum(done.astype(jnp.int32)) + size - 1) // size
+        trips = (jnp.sum(done.astype(jnp.int32)) + size - 1) // size  # chunks to reset
 
-        def body(i, state):
+        def reset_chunk(i, state):
             idx = jax.lax.dynamic_slice(order, (i * size,), (size,))
             rows = jnp.minimum(idx, axis_size - 1)
             fresh = jax.vmap(fresh_fn)(jax.tree.map(lambda x: x[rows], operand))
             return jax.tree.map(lambda s, f: s.at[idx].set(f, mode="drop"), state, fresh)
 
+        def body(i, state):  # a fixed trip count: JAX lowers the loop as a scan
+            return jax.lax.cond(i < trips, reset_chunk, lambda i, s: s, i, state)
+
         if not first_outside:
-            return jax.lax.fori_loop(0, trips, body, current)
-        state = body(0, current)
+            return jax.lax.fori_loop(0, padded // size, body, current)
+        state = reset_chunk(0, current)
         if padded == size:
             return state
-        return jax.lax.fori_loop(1, jnp.maximum(trips, 1), body, state)
+        return jax.lax.fori_loop(1, padded // size, body, state)
 
     impls = {
         "dense": dense,
