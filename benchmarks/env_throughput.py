@@ -33,7 +33,13 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
   CPU (`metarl/envs/contextual.py`), so ablate_nofence is refused on Brax's own
   backends, where it would time contextual dense again under another name.
 * Every variant's compiled program is counted for loops and conditionals (each
-  waits on the host on a GPU); `--dump-hlo DIR` keeps the programs' HLO text.
+  waits on the host on a GPU) and read for the most numbers one of its loops carries
+  from trip to trip (`metarl.compilation.loop_carries`: more than plain Brax's means
+  state kept alive that nothing reads); `--dump-hlo DIR` keeps the programs' HLO text.
+* `--profile` (CPU): one more rollout per variant under `jax.profiler`, every
+  operation XLA's CPU runtime ran summed per env step and split by how often it
+  runs: in the physics substeps (more than once a step), once a step or less (the
+  step's own work, the resets), once (the initial reset).
 * ablate_norefill: the pool's machinery without its refills (not exact): a done
   env swaps in its pool entry, which is never recomputed, so the step carries and
   selects the second physics state but never refills and never asks whether to
@@ -58,6 +64,7 @@ import dataclasses
 import gzip
 import json
 import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,6 +77,7 @@ from brax.envs.wrappers import training as brax_training
 
 from metarl import contexts as C
 from metarl import provenance
+from metarl.compilation import loop_carries
 from metarl.contexts.quantities import QUANTITIES
 from metarl.envs import POOL, ContextualEnv, make_contextual
 from metarl.envs.autoreset import pooled_where_done
@@ -92,6 +100,7 @@ class Config:
     variants: tuple[str, ...] = MAIN
     out: str | None = None  # path stem for the .json / .png results
     dump_hlo: str | None = None  # a folder for each variant's compiled program (.hlo.gz)
+    profile: bool = False  # CPU: time every operation of one more rollout per variant
 
 
 def _space(sys, backend: str) -> C.ContextSpace:
@@ -296,20 +305,22 @@ def bench(name: str, n: int, cfg: Config) -> dict:
     _warm_up(name, cfg)
     runs = {label: _build(label, name, n, cfg) for label in cfg.variants}
     key = jax.random.key(0)
-    compile_s, dones, refills, flow = {}, {}, {}, {}
+    compile_s, dones, refills, flow, carried = {}, {}, {}, {}, {}
     for label, run in runs.items():
         t0 = time.perf_counter()
         compiled = run.lower(key).compile()
         compile_s[label] = time.perf_counter() - t0
         hlo = compiled.as_text()
         flow[label] = _control_flow(hlo)
+        carried[label] = max(loop_carries(hlo), default=0)
         if cfg.dump_hlo:
             path = Path(cfg.dump_hlo) / f"{name}_{n}_{label.replace(':', '_')}.hlo.gz"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(gzip.compress(hlo.encode()))
         print(
             f"  compiled {name} {label} ({n} envs) in {compile_s[label]:.1f} s; "
-            f"{flow[label]['while']} loops, {flow[label]['conditional']} conditionals",
+            f"{flow[label]['while']} loops, {flow[label]['conditional']} conditionals; "
+            f"a loop carries at most {carried[label]:,} numbers",
             flush=True,
         )
         runs[label] = compiled
@@ -351,11 +362,72 @@ def bench(name: str, n: int, cfg: Config) -> dict:
             "compile_ratio": float(c_ratio),
             "reset_strategy": _STRATEGY.get((name, label)),
             "control_flow": flow[label],
+            "most_carried": carried[label],
             "dones_per_step": dones[label] / cfg.steps,
             "refills_per_step": refills[label] / cfg.steps,
             "times_s": ts.tolist(),
         }
+    if cfg.profile:
+        _print_profile(result, runs, cfg.steps)
     return result
+
+
+def _op_times(compiled, *args) -> dict[str, tuple[float, int]]:
+    """{operation: (seconds, runs)} of one call `compiled(*args)` on the CPU, from a `jax.profiler`
+    trace: XLA's CPU runtime records every operation it runs (a fusion, a dot) on the
+    thread that ran it; operations running in parallel both count. A loop or a
+    conditional is recorded as one span around the operations it runs, which are
+    recorded too: only the innermost spans count."""
+    with tempfile.TemporaryDirectory() as folder:
+        jax.profiler.start_trace(folder)
+        jax.block_until_ready(compiled(*args))
+        jax.profiler.stop_trace()
+        trace = jax.profiler.ProfileData.from_file(str(next(Path(folder).rglob("*.xplane.pb"))))
+    ops: dict[str, tuple[float, int]] = {}
+    for plane in trace.planes:
+        if plane.name != "/host:CPU":
+            continue
+        for line in plane.lines:
+            if line.name == "python":
+                continue
+            spans = sorted(
+                (e.start_ns, -e.duration_ns, e.name)
+                for e in line.events
+                if not e.name.startswith(_NOT_OPS)
+            )
+            for i, (start, minus, name) in enumerate(spans):
+                if i + 1 < len(spans) and spans[i + 1][0] < start - minus:
+                    continue  # the next span starts inside this one
+                seconds, runs = ops.get(name, (0.0, 0))
+                ops[name] = (seconds - minus * 1e-9, runs + 1)
+    return ops
+
+
+_NOT_OPS = ("ThreadpoolListener", "end: ", "SlinkyThreadPool", "ThunkExecutor")
+
+
+def _print_profile(result: dict, runs: dict, steps: int) -> None:
+    """Adds each variant's operation time per env step to `result`, split by how often
+    an operation runs: more than once a step (the physics substeps), at most once a
+    step (the step's own work, the resets), once a rollout (the initial reset)."""
+    if jax.default_backend() != "cpu":
+        raise ValueError(
+            "--profile reads the CPU runtime's trace; on a GPU use ppo_profile.py --trace-dir"
+        )
+    print(f"\noperation time per env step (ms, summed over threads), {steps} steps")
+    print(f"{'variant':<22}{'total':>9}{'substeps':>10}{'step':>8}{'once':>8}{'ops':>6}")
+    for label, compiled in runs.items():
+        ops = _op_times(compiled, jax.random.key(0))  # the key of the untimed first run
+        split = {"substeps": 0.0, "step": 0.0, "once": 0.0}
+        for seconds, count in ops.values():
+            part = "substeps" if count > steps else "step" if count > 1 else "once"
+            split[part] += seconds * 1e3 / steps
+        total = sum(split.values())
+        print(
+            f"{label:<22}{total:>9.2f}{split['substeps']:>10.2f}{split['step']:>8.2f}"
+            f"{split['once']:>8.2f}{len(ops):>6}"
+        )
+        result[label]["op_ms_per_step"] = {"total": total, **split}
 
 
 def plot(results: dict, path: Path) -> None:

@@ -1,11 +1,12 @@
 """Counting XLA compilations, to prove that a loop does not recompile, and timing
-them, to leave them out of a throughput."""
+them, to leave them out of a throughput; reading what a compiled program's loops carry."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import math
+import re
 from collections.abc import Iterator
 
 import jax
@@ -66,3 +67,20 @@ def count_compilations() -> Iterator[CompileCount]:
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
         jax.monitoring.unregister_event_time_span_listener(spans)
+
+
+def loop_carries(hlo: str) -> list[int]:
+    """How many numbers each while loop of a compiled program carries from one trip
+    to the next, largest first. `hlo`: the program's text after XLA's optimisations
+    (``jax.jit(f).lower(...).compile().as_text()``), after JAX and XLA dropped what
+    no trip reads. A contextual step whose loops carry more than plain Brax's keeps
+    state alive that nothing reads (tests/test_autoreset.py)."""
+    bodies = set(re.findall(r"while\(.*?body=%?([\w.\-]+)", hlo))
+    carries = []
+    for comp in re.split(r"\n(?=\S)", hlo):  # a computation starts at column 0
+        name = re.match(r"(?:ENTRY )?%?([\w.\-]+)", comp)
+        param = re.search(r"= \((.*?)\) parameter\(0\)", comp)
+        if name and param and name.group(1) in bodies:
+            dims = re.findall(r"\w+\[([\d,]*)\]", param.group(1))
+            carries.append(sum(math.prod(int(d) for d in shape.split(",") if d) for shape in dims))
+    return sorted(carries, reverse=True)

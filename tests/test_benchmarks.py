@@ -52,6 +52,19 @@ def test_ablate_nofence_is_refused_where_there_is_no_fence():
     bench._check_nofence("hopper", "mjx")
 
 
+def test_the_profile_counts_the_operations_a_loop_runs_and_not_the_loop():
+    """A loop is recorded as one span around its operations' spans: counting both
+    counted the loop's work twice (MJX's solver loop, 140 ms of ant's 1,400)."""
+    bench = _load("env_throughput")
+    f = jax.jit(lambda x, n: jax.lax.fori_loop(0, n, lambda i, x: jnp.tanh(x @ x), x))
+    x = jnp.ones((64, 64)) / 64
+    ops = bench._op_times(f.lower(x, 7).compile(), x, 7)
+    assert ops and not any(name.startswith(("while", "conditional")) for name in ops), ops
+    # the body's operations ran 7 times, the loop's condition 8 (the loop itself not at all)
+    runs = {n for _, n in ops.values()}
+    assert 7 in runs and max(runs) <= 8, ops
+
+
 def test_control_flow_counts_a_programs_loops_and_conditionals():
     """The loops and conditionals of a compiled program, as env_throughput records them
     per variant (each waits on the host on a GPU)."""

@@ -16,12 +16,14 @@ function carries a `jax.custom_batching` rule):
   on a CPU (DESIGN.md: a dense reset costs 6-15% of CPU throughput), slow on a
   GPU, where every trip waits on the host. The chunks are a loop of a fixed
   batch / chunk trips, each a `lax.cond` that skips the chunks past the last
-  done env, not a `while_loop` of ceil(#done / chunk) trips: JAX cannot remove
-  the unused parts of a while loop's carry, so a while loop kept every field of
-  the physics state alive through the step, also those the next step recomputes
-  before reading (ant on MJX: all 144 arrays of `mjx.Data` carried through each
-  physics substep, against plain Brax's 60, and 0.90x of its speed on 2 CPU
-  cores; 0.97x with the fixed loop, benchmarks/results/README.md).
+  done env, not a `while_loop` of ceil(#done / chunk) trips: JAX's dead-code
+  elimination enters scans and conditionals but not while loops, and XLA did not
+  prune the state through the nested loops of a rollout either, so a while loop
+  kept every field of the physics state alive through the step, also those the
+  next step recomputes before reading (ant on MJX: all 144 arrays of `mjx.Data`
+  carried through each physics substep, against plain Brax's 60, and 0.90x of
+  its speed on 2 CPU cores; 0.97-0.99x with the fixed loop,
+  benchmarks/results/README.md).
 * ``"compact"``: the loop, with its first chunk computed unconditionally
   (outside the loop).
 * ``"auto"`` (default): ``"loop"`` where JAX's default backend is the CPU,
