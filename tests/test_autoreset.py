@@ -206,9 +206,10 @@ def test_strategies_give_identical_states_on_mjx():
     """MJX's step, fused differently into each strategy's program, drifted apart by
     float rounding before any episode ended (hopper: 1.9e-6 by step 6). The fence
     that prevents it, and the loop, keep alive no more of MJX's data than plain Brax
-    does: a barrier over the whole state, or a while loop's carry, which JAX cannot
-    prune, kept all of it alive through every physics substep (here 17,016 numbers
-    carried by one loop, against plain Brax's 7,767; ant's step took 10% longer)."""
+    does: a barrier over the whole state, or a while loop, which JAX's dead-code
+    elimination does not enter, kept all of it alive through every physics substep
+    (here 17,016 numbers carried by one loop, against plain Brax's 7,767; ant's step
+    took 10% longer)."""
     space = C.ContextSpace({"gravity": C.Scale(0.5, 1.5), "mass": C.Scale(0.7, 1.3)})
     n, steps, out, carried = 8, 40, {}, {}
     for strategy in ("loop", "dense"):
