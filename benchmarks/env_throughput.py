@@ -372,6 +372,10 @@ def bench(name: str, n: int, cfg: Config) -> dict:
     return result
 
 
+# trace events that are the runtime's own, not operations of the program
+_NOT_OPS = ("ThreadpoolListener", "end: ", "SlinkyThreadPool", "ThunkExecutor")
+
+
 def _op_times(compiled, *args) -> dict[str, tuple[float, int]]:
     """{operation: (seconds, runs)} of one call `compiled(*args)` on the CPU, from a `jax.profiler`
     trace: XLA's CPU runtime records every operation it runs (a fusion, a dot) on the
@@ -403,17 +407,10 @@ def _op_times(compiled, *args) -> dict[str, tuple[float, int]]:
     return ops
 
 
-_NOT_OPS = ("ThreadpoolListener", "end: ", "SlinkyThreadPool", "ThunkExecutor")
-
-
 def _print_profile(result: dict, runs: dict, steps: int) -> None:
     """Adds each variant's operation time per env step to `result`, split by how often
     an operation runs: more than once a step (the physics substeps), at most once a
     step (the step's own work, the resets), once a rollout (the initial reset)."""
-    if jax.default_backend() != "cpu":
-        raise ValueError(
-            "--profile reads the CPU runtime's trace; on a GPU use ppo_profile.py --trace-dir"
-        )
     print(f"\noperation time per env step (ms, summed over threads), {steps} steps")
     print(f"{'variant':<22}{'total':>9}{'substeps':>10}{'step':>8}{'once':>8}{'ops':>6}")
     for label, compiled in runs.items():
@@ -461,6 +458,10 @@ def plot(results: dict, path: Path) -> None:
 def main(cfg: Config) -> None:
     device = jax.devices()[0]
     print(f"jax {jax.__version__} on {device.platform} ({device.device_kind})")
+    if cfg.profile and device.platform != "cpu":  # before any env is timed
+        raise ValueError(
+            "--profile reads the CPU runtime's trace; on a GPU use ppo_profile.py --trace-dir"
+        )
     if any(v.partition(":")[0] == "ablate_nofence" for v in cfg.variants):
         kwargs = {} if cfg.backend is None else {"backend": cfg.backend}
         for name in cfg.envs:  # before any env is timed
