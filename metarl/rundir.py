@@ -43,9 +43,11 @@ EXTENDABLE = ("segments",)
 # Fields not even resume="force" accepts: they would mix runs or fail to restore.
 # (`env.model`, the physics model's digest, can be forced: a library upgrade may change it)
 NEVER_FORCED = ("seed", "num_seeds", "ppo.", "experiment.")
+# The env's reset strategy: "auto" records what it resolved to (`ContextualEnv`)
+STRATEGY = "experiment.env.reset_strategy"
 # Fields a run.json written by an older metarl lacks: not compared (with a note) then.
 RECORDED_LATER = (
-    "experiment.env.reset_strategy",
+    STRATEGY,
     "experiment.env.reset_chunk",
     "experiment.env.space",
     "experiment.env.code",
@@ -331,6 +333,12 @@ def check_identity(
                 if never
                 else "start a new run with another --logdir, or accept with --resume force"
             )
+            if STRATEGY in never:  # "auto" resolves by device kind (and metarl version)
+                hint += (
+                    f"; or build the env with make_contextual(..., reset_strategy="
+                    f"{never[STRATEGY][0]!r}) to resume this run with the strategy it ran "
+                    'with ("auto" picks one for the kind of device JAX runs on)'
+                )
             sections = {k.split(".")[0] for k in blocking}
             kinds = {s if s in ENVIRONMENT else "config" for s in sections}
             what = " and ".join(sorted(kinds))  # e.g. "config", "platform and software"

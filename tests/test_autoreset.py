@@ -233,15 +233,18 @@ def test_strategies_give_identical_states_on_mjx():
     assert max(carried.values()) <= 1.5 * most, (carried, most)
 
 
-def test_auto_is_the_pool_on_brax_backends_and_mjx_fences_only_on_a_cpu():
-    """auto: the pool on Brax's own backends (the state carries it), stateless on MJX.
-    Where the default backend is a GPU, MJX's step is exactly the dense one with no
+def test_auto_is_the_loop_on_a_cpu_the_pool_on_brax_backends_elsewhere_and_mjx_fences_on_a_cpu():
+    """auto: where JAX's default backend is a CPU, the loop; elsewhere the pool on
+    Brax's own backends (the state carries it) and stateless on MJX. Where the
+    default backend is a GPU, MJX's step is exactly the dense one with no
     fence and no platform switch: on an H200 a step holding `lax.platform_dependent`
     (of the fence, or of auto's loop and dense) ran ant at 0.76x of plain Brax, the
     same step without it at 1.00x (benchmarks/results/README.md). Lowering for CUDA
     needs no GPU; the default backend is patched to say "gpu"."""
     space = C.ContextSpace({"gravity": C.Scale(0.5, 1.5)})
-    brax_env = make_contextual("inverted_pendulum", space)
+    assert make_contextual("inverted_pendulum", space).reset_strategy == "loop"
+    with mock.patch.object(jax, "default_backend", return_value="gpu"):
+        brax_env = make_contextual("inverted_pendulum", space)
     mjx_env = make_contextual("inverted_pendulum", space, backend="mjx")
     assert (brax_env.reset_strategy, mjx_env.reset_strategy) == ("pool", "auto")
     keys = jax.random.split(jax.random.key(0), 4)

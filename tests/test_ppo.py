@@ -181,13 +181,13 @@ def test_precompile_leaves_nothing_to_compile(pendulum):
     assert all(m["compile_seconds"] == 0 and m["episodes"] > 0 for m in metrics)
 
 
-def test_the_training_program_runs_the_envs_python_once(monkeypatch):
+@pytest.mark.parametrize("strategy", ["loop", "pool"])  # "auto" on a CPU, on a GPU
+def test_the_training_program_runs_the_envs_python_once(monkeypatch, strategy):
     """Tracing is host time before every first compile. The learner's loop once traced
     a whole iteration twice (for its stats' shapes, then as the loop's body), and the
     exact reset ran the env's reset twice (custom_vmap's unbatched trace, then its
     batching rule): hopper's program took 5.8 s to trace, now 2.8 s."""
-    env = make_contextual("inverted_pendulum", GRAVITY)
-    assert env.reset_strategy == "pool"
+    env = make_contextual("inverted_pendulum", GRAVITY, reset_strategy=strategy)
     calls = {"reset": 0, "step": 0}
     source = env._env  # noqa: SLF001 - the wrapped env's own functions
 
@@ -212,7 +212,9 @@ def test_the_training_program_runs_the_envs_python_once(monkeypatch):
 
 
 def test_checkpoint_resume_is_bit_exact(tmp_path):
-    env = make_contextual("inverted_pendulum", GRAVITY, episode_length=200)
+    """With the pool, the reset strategy whose state holds most ("auto" on a GPU; the
+    next fresh state of every env, and whether it is ready, restored too)."""
+    env = make_contextual("inverted_pendulum", GRAVITY, episode_length=200, reset_strategy="pool")
     config = ppo.PPOConfig(
         num_envs=32, unroll_length=8, num_minibatches=4, core="gru", hidden_size=16
     )

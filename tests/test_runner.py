@@ -306,8 +306,8 @@ def test_the_run_identity_holds_what_changes_the_numbers(exp):
     edited = make_contextual(pendulum, TARGET, episode_length=50)
     assert changed(identity(replace(exp, env=edited))) == ["env.model"]
     # the reset strategy: strategies agree only to float rounding on a GPU
-    looped = make_contextual("inverted_pendulum", TARGET, episode_length=50, reset_strategy="loop")
-    assert changed(identity(replace(exp, env=looped))) == ["experiment.env.reset_strategy"]
+    pooled = make_contextual("inverted_pendulum", TARGET, episode_length=50, reset_strategy="pool")
+    assert changed(identity(replace(exp, env=pooled))) == ["experiment.env.reset_strategy"]
     chunked = make_contextual("inverted_pendulum", TARGET, episode_length=50, reset_chunk=0.5)
     assert changed(identity(replace(exp, env=chunked))) == ["experiment.env.reset_chunk"]
     # numbers exactly, whatever NumPy's print options: gravity 5 and 5.0000005 (the
@@ -366,6 +366,25 @@ def test_a_rerun_with_another_curriculum_cannot_be_forced(exp, compiled, tmp_pat
     )
     with pytest.raises(SystemExit, match=refusal):
         _run(other, compiled, logdir, 2, resume="force")
+
+
+def test_a_run_made_with_another_reset_strategy_says_which_to_resume_with(exp, tmp_path):
+    """The strategy decides what the env state holds (the pool's entries), so a resume
+    with another one is refused even when forced. "auto" resolves by the kind of
+    device (on Brax's backends the loop on a CPU, the pool on a GPU, where until
+    2026-11-27 it was the pool on a CPU too): the refusal names the strategy to pass."""
+    pooled = make_contextual("inverted_pendulum", TARGET, episode_length=50, reset_strategy="pool")
+    then = rundir.describe_run(replace(exp, env=pooled), None, 1, 0, STEPS, 3)
+    now = rundir.describe_run(exp, None, 1, 0, STEPS, 3)
+    assert now["experiment.env.reset_strategy"] == "loop"  # "auto" on a CPU
+    rundir.check_identity(tmp_path, then, "auto")
+    refusal = (
+        r"(?s)experiment\.env\.reset_strategy: run has 'pool', now 'loop'.*cannot be "
+        r"forced.*make_contextual\(\.\.\., reset_strategy='pool'\) to resume this run"
+    )
+    with pytest.raises(SystemExit, match=refusal):
+        rundir.check_identity(tmp_path, now, "force")
+    assert rundir.check_identity(tmp_path, then, "auto")["config"] == then
 
 
 def test_rerunning_a_finished_run_logs_nothing_new(exp, compiled, tmp_path):

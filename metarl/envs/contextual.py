@@ -113,13 +113,17 @@ class ContextualEnv(Env):
         self.episode_length = episode_length
         self.episodes_per_trial = episodes_per_trial
         self.visible_context = visible_context
-        # "auto": the pool on Brax's own backends, whose reset costs most of a step
-        # (on an H100 at 8192 envs, pool / dense: hopper 0.95x / 0.88x of plain Brax,
-        # ant 0.98x / 0.92x; on a CPU the pool matches the loop); loop on CPU and
-        # dense elsewhere on MJX (ant: dense 1.00x, pool 0.96x). The strategy in use
-        # is `reset_strategy`.
+        # "auto": on a CPU the loop, for every backend (2 CPU cores, 1024 envs, loop /
+        # pool: ant 1.00x / 0.97x of plain Brax, inverted_pendulum 0.96x / 0.95x,
+        # hopper 0.98x / 0.98x; benchmarks/results/README.md). Elsewhere the pool on
+        # Brax's own backends, whose reset costs most of a step (an H100 at 8192
+        # envs, pool / dense: hopper 0.95x / 0.88x of plain Brax, ant 0.98x / 0.92x),
+        # and dense on MJX (ant: dense 1.00x, pool 0.96x), where "auto" stays, read
+        # when the step is traced (`on_cpu`). The pool is decided here, from JAX's
+        # default backend: it lives in the state. The strategy in use is
+        # `reset_strategy`, recorded with a run (a resume keeps it).
         if check_strategy(reset_strategy) == "auto" and self.backend != "mjx":
-            reset_strategy = "pool"
+            reset_strategy = "loop" if on_cpu() else "pool"
         self.reset_strategy = reset_strategy
         self.reset_chunk = reset_chunk
         if reset_strategy == "pool":
@@ -373,6 +377,8 @@ class ContextualEnv(Env):
         new = (new, self.binding.derive(new))  # once per draw: `step` reuses it
         drawn = jax.tree.map(lambda n, c: jnp.where(new_trial, n, c), new, (context, derived))
         first = self._call(self._env.reset, drawn, jax.random.key_data(k_reset))
+        # its info keys, static: `_reset_info` reads them without tracing the reset again
+        self.__dict__.setdefault("_reset_info_keys", tuple(first.info))
         # A reset that diverged (one that lets the robot settle, under a context that
         # blows up): its observation is zeroed, as a cut step's is; the next step,
         # simulating the same non-finite state, is cut and counted in `nonfinite`.
@@ -384,7 +390,8 @@ class ContextualEnv(Env):
 
     @functools.cached_property
     def _reset_info_keys(self) -> tuple[str, ...]:
-        """The wrapped env's own info keys that its reset sets (traced once, not run)."""
+        """The wrapped env's own info keys that its reset sets: those of the first
+        reset `_first` traced, else traced here (once, not run)."""
         key = jax.random.key_data(jax.random.key(0))
         return tuple(jax.eval_shape(lambda k: self._env.reset(k).info, key))
 
@@ -485,9 +492,11 @@ def make_contextual(
         on GPU), "loop" (resets only for done envs, in chunks; best on CPU),
         "compact", "pool" (each env's next reset computed ahead, refilled in
         bulk only at steps where a done env needs it; the state carries the
-        pool) or "auto" (the pool on Brax's own backends; on MJX, loop on CPU
-        and dense elsewhere). All give identical states on a CPU (on a GPU,
-        MJX's agree to float rounding).
+        pool) or "auto" (where JAX's default backend is a CPU, the loop; else
+        the pool on Brax's own backends and dense on MJX). All give identical
+        states on a CPU (on a GPU, MJX's agree to float rounding). A run records
+        the strategy in use (`reset_strategy`): to resume it on another kind of
+        device, pass that strategy instead of "auto".
       **env_kwargs: for a Brax env name, passed to its constructor; for a
         Playground name, its config overrides (``impl="jax"`` unless given).
     """
