@@ -12,7 +12,8 @@
 #   bash benchmarks/gpu_run.sh repro        # same seed in fresh processes: same numbers? (~8 min)
 #   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs
 #   bash benchmarks/gpu_run.sh essential    # a 15-min device budget's first call (~8 min): the
-#                                           # four envs at 8192 (plain, Brax DR, auto) on the
+#                                           # four envs at 8192 (plain, Brax DR, auto, the pool
+#                                           # with a lax.cond guard) on the
 #                                           # current code and the time to the first update
 #                                           # against Brax PPO's; then "ppo 0 1 2" (~6 min)
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
@@ -61,8 +62,11 @@ essential)
     m=(--envs ant --num-envs 8192 --steps 100 --rounds 4)
     first=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16 --rounds 1)
   fi
-  run 250 env_8192_brax python3 benchmarks/env_throughput.py "${b[@]}" \
-    --variants plain brax_dr contextual --out "$out/env_8192_brax"
+  # contextual_pool_cond: the pool's refill decided by lax.cond instead of a 0-or-1-trip
+  # loop (the same states on a CPU, tests/test_autoreset.py): the candidate for the GPU's
+  # default should hopper's pool stay below 0.97x
+  run 300 env_8192_brax python3 benchmarks/env_throughput.py "${b[@]}" \
+    --variants plain brax_dr contextual contextual_pool_cond --out "$out/env_8192_brax"
   run 110 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
     --variants plain brax_dr contextual --out "$out/env_8192_mjx"
   run 170 first_update python3 benchmarks/first_update.py "${first[@]}" \

@@ -142,18 +142,21 @@ def test_strategies_give_identical_env_states(backend="generalized"):
     )
     n, steps = 6, 40
     rollouts = {}
-    # "auto" is "loop" here; "pool_dense": the pool refilled as on a GPU
-    for strategy in ("loop", "dense", "compact", "pool", "pool_dense"):
+    # "auto" is "loop" here; "pool_dense": the pool refilled as on a GPU, "pool_cond":
+    # its refill decided by lax.cond
+    for strategy in ("loop", "dense", "compact", "pool", "pool_dense", "pool_cond"):
         env = make_contextual(
             "inverted_pendulum",
             space,
             backend=backend,
             episode_length=9,
             episodes_per_trial=2,
-            reset_strategy=strategy.removesuffix("_dense"),
+            reset_strategy=strategy.partition("_")[0],
         )
         if strategy == "pool_dense":
             env._select = pooled_where_done(env._fresh, env.reset_chunk, refill="dense")  # noqa: SLF001
+        if strategy == "pool_cond":
+            env._select = pooled_where_done(env._fresh, env.reset_chunk, guard="cond")  # noqa: SLF001
 
         def run(key, env=env):
             state = jax.vmap(env.reset)(jax.random.split(key, n))
