@@ -22,6 +22,10 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
   inverse weights left first-order (no `Binding.derive`, as before 2026-11-26), or
   recomputed at every rebuild of the System (every step) instead of once per drawn
   context: what exact weights cost, and what carrying them saves.
+* contextual_stock: the pool as metarl's PPO steps it: every env stocked with
+  `--stock-depth` fresh states (PPO: `unroll_length`), refilled in bulk before each
+  block of that many steps (`ContextualEnv.stock`, `refill`); the steps never reset
+  and never ask whether to.
 * contextual_pool_cond: the pool deciding whether to refill with `lax.cond`
   instead of a loop of 0 or 1 trips (on a GPU, a loop's predicate is read by the
   host at every step; a conditional may run inside a CUDA graph).
@@ -61,6 +65,7 @@ JAX's numerical settings, device kind and count, on a CPU the host CPU).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import json
 import re
@@ -79,7 +84,7 @@ from metarl import contexts as C
 from metarl import provenance
 from metarl.compilation import loop_carries
 from metarl.contexts.quantities import QUANTITIES
-from metarl.envs import POOL, ContextualEnv, make_contextual
+from metarl.envs import POOL, ContextualEnv, ResetPool, make_contextual
 from metarl.envs.autoreset import pooled_where_done
 
 GRAVITY = (0.7, 1.3)
@@ -97,6 +102,7 @@ class Config:
     backend: str | None = None  # None: each env's default backend
     reset_chunk: float = 0.0625
     strategy: str = "auto"  # reset strategy of the "contextual" variant
+    stock_depth: int = 16  # contextual_stock: steps between refills (PPO: unroll_length)
     variants: tuple[str, ...] = MAIN
     out: str | None = None  # path stem for the .json / .png results
     dump_hlo: str | None = None  # a folder for each variant's compiled program (.hlo.gz)
@@ -138,28 +144,39 @@ def _brax_randomizer(num_envs: int):
 def _refilled(state, nxt) -> jax.Array:
     """Whether a "pool" step refilled: some env was done whose entry was not ready
     (the condition `pooled_where_done` refills on)."""
-    if POOL not in state.info:
+    if not isinstance(state.info.get(POOL), ResetPool):  # none, or a stock (refilled per block)
         return jnp.int32(0)
     return jnp.any((nxt.done > 0) & ~state.info[POOL].ready).astype(jnp.int32)
 
 
-def _rollout(reset, step, action_size: int, num_envs: int, steps: int):
+def _rollout(reset, step, action_size: int, num_envs: int, steps: int, refill=None, depth=0):
     """-> (done envs, steps at which a "pool" env refilled its pool, the sum of every
     observation and reward), summed over steps. The sum is returned so that XLA
     computes what a learner reads: with only the counts returned, it dropped part of
-    the observation and reward work, more of it for some variants than for others."""
+    the observation and reward work, more of it for some variants than for others.
+    With `refill` (contextual_stock), the steps run in blocks of `depth`, each after
+    a `refill` of the states (a refill counted once per block)."""
+
+    def body(state, k):
+        action = jax.random.uniform(k, (num_envs, action_size), minval=-1.0, maxval=1.0)
+        nxt = step(state, action)
+        read = sum(jnp.sum(x) for x in jax.tree.leaves((nxt.obs, nxt.reward)))
+        return nxt, (nxt.done.sum(), _refilled(state, nxt), read)
+
+    def block(state, keys):
+        state, (dones, _, read) = jax.lax.scan(body, refill(state), keys)
+        return state, (dones.sum(), jnp.int32(1), read.sum())
 
     def run(key):
-        state = reset(key)
-
-        def body(state, k):
-            action = jax.random.uniform(k, (num_envs, action_size), minval=-1.0, maxval=1.0)
-            nxt = step(state, action)
-            read = sum(jnp.sum(x) for x in jax.tree.leaves((nxt.obs, nxt.reward)))
-            return nxt, (nxt.done.sum(), _refilled(state, nxt), read)
-
-        state, (dones, refills, read) = jax.lax.scan(body, state, jax.random.split(key, steps))
-        return dones.sum(), refills.sum(), read.sum()
+        state, keys = reset(key), jax.random.split(key, steps)
+        if refill is None:
+            return jax.tree.map(jnp.sum, jax.lax.scan(body, state, keys)[1])
+        blocks, rest = divmod(steps, depth)
+        state, sums = jax.lax.scan(block, state, keys[: blocks * depth].reshape(blocks, depth))
+        sums = jax.tree.map(jnp.sum, sums)
+        if rest:
+            sums = jax.tree.map(jnp.add, sums, block(state, keys[blocks * depth :])[1])
+        return sums
 
     return jax.jit(run)
 
@@ -244,7 +261,7 @@ def _build(label: str, name: str, n: int, cfg: Config):
         )
         return _rollout(lambda k: env.reset(raw_keys(k)), env.step, env.action_size, n, cfg.steps)
     strategy = cfg.strategy
-    if label in ("contextual_pool_dense", "contextual_pool_cond"):
+    if label in ("contextual_pool_dense", "contextual_pool_cond", "contextual_stock"):
         strategy = "pool"
     elif label in _BINDINGS:
         pass  # cfg.strategy
@@ -275,6 +292,17 @@ def _build(label: str, name: str, n: int, cfg: Config):
     if label in _BINDINGS:
         fields = {f.name: getattr(ctx.binding, f.name) for f in dataclasses.fields(ctx.binding)}
         ctx.binding = _BINDINGS[label](**fields)
+    if label == "contextual_stock":  # as PPO's rollout steps the pool
+        stock = jax.vmap(functools.partial(ctx.stock, depth=cfg.stock_depth))
+        return _rollout(
+            lambda k: stock(jax.vmap(ctx.reset)(jax.random.split(k, n))),
+            jax.vmap(ctx.step),
+            ctx.action_size,
+            n,
+            cfg.steps,
+            refill=jax.vmap(ctx.refill),
+            depth=cfg.stock_depth,
+        )
     return _rollout(
         lambda k: jax.vmap(ctx.reset)(jax.random.split(k, n)),
         jax.vmap(ctx.step),

@@ -55,21 +55,26 @@ essential)
   # current code (auto = the pool on Brax's backends, dense on MJX; the H100 figures in
   # the README predate the derived constants' basis), then the time to the first
   # update, metarl's against Brax PPO's own (first_update.py's brax variant)
-  if [ "$smoke" = 1 ]; then b=(--envs inverted_pendulum hopper --num-envs 64 --steps 20 --rounds 2)
-    m=(--envs inverted_pendulum --num-envs 64 --steps 10 --rounds 2)
+  if [ "$smoke" = 1 ]; then b=(--num-envs 64 --steps 20 --rounds 2) h=inverted_pendulum
+    rest=(hopper) m=(--envs inverted_pendulum --num-envs 64 --steps 10 --rounds 2)
     first=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --rounds 1)
-  else b=(--envs hopper ant inverted_pendulum --num-envs 8192 --steps 200 --rounds 5)
+  else b=(--num-envs 8192 --steps 200 --rounds 5) h=hopper rest=(ant inverted_pendulum)
     m=(--envs ant --num-envs 8192 --steps 100 --rounds 4)
     first=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16 --rounds 1)
   fi
-  # contextual_pool_cond: the pool's refill decided by lax.cond instead of a 0-or-1-trip
-  # loop (the same states on a CPU, tests/test_autoreset.py): the candidate for the GPU's
-  # default should hopper's pool stay below 0.97x
-  run 300 env_8192_brax python3 benchmarks/env_throughput.py "${b[@]}" \
-    --variants plain brax_dr contextual contextual_pool_cond --out "$out/env_8192_brax"
-  run 110 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+  # contextual_stock: the pool as PPO's rollout now steps it (a stock of 16 fresh states
+  # per env refilled before every 16 steps; steps without a reset or a per-step check).
+  # contextual_pool_cond (hopper): the pool's refill decided by lax.cond instead of a
+  # 0-or-1-trip loop, the other candidate should the pool stay below 0.97x
+  run 150 env_8192_hopper python3 benchmarks/env_throughput.py "${b[@]}" --envs "$h" \
+    --variants plain brax_dr contextual contextual_stock contextual_pool_cond \
+    --out "$out/env_8192_hopper"
+  run 180 env_8192_brax python3 benchmarks/env_throughput.py "${b[@]}" \
+    --envs "${rest[@]}" --variants plain brax_dr contextual contextual_stock \
+    --out "$out/env_8192_brax"
+  run 100 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
     --variants plain brax_dr contextual --out "$out/env_8192_mjx"
-  run 170 first_update python3 benchmarks/first_update.py "${first[@]}" \
+  run 160 first_update python3 benchmarks/first_update.py "${first[@]}" \
     --out "$out/first_update.json"
   ;;
 headline)

@@ -14,6 +14,7 @@ from metarl.envs.contextual import (
     TRIAL,
     ContextualEnv,
     ResetPool,
+    ResetStock,
     TrialInfo,
     make_contextual,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "MjcfEnv",
     "POOL",
     "ResetPool",
+    "ResetStock",
     "TrialInfo",
     "check_env",
     "make_contextual",

@@ -37,6 +37,9 @@ function carries a `jax.custom_batching` rule):
   change when it resets (its key, reset count, episode index, context) or
   through `ContextualEnv.set_ranges`, which empties the pool. A dense refill
   every k steps costs 1/k of "dense"; it adds one `lax.cond` per step.
+  `stock_refill` keeps a deeper pool, a *stock* of each env's next ``depth``
+  fresh states, refilled by its owner (PPO's rollout) once per ``depth`` steps:
+  the step then only takes an entry (`ContextualEnv.stock`).
 
 Nested vmaps (envs inside contexts) work: the outer vmap batches the loop
 with a select.
@@ -220,3 +223,58 @@ def pooled_where_done(
         return out, jax.tree.map(lambda _: True, out)
 
     return select
+
+
+def stock_refill(fresh_fn: Callable[[Any], Any], chunk: float) -> Callable[[Any, Any, Any], Any]:
+    """Builds refill(operands, entries, used) -> entries, for a stock of fresh states.
+
+    A stock holds one env's next ``depth`` fresh states in reset order (leaves with a
+    leading [depth] axis); ``used`` of them have been taken since the last refill.
+    The refill drops those (entry j becomes entry j + used) and computes the last
+    ``used`` entries afresh: entry j from ``fresh_fn(operands[j])``, where
+    `operands` hold the inputs of the env's j-th next reset. Under vmap only those
+    entries are computed, gathered over every env into chunks of
+    ``ceil(chunk * num_envs)`` (at least 2; one chunk of num_envs where JAX's default
+    backend is not a CPU), in a `while_loop` of as many trips as the chunks need:
+    once per refill, where the per-step strategies ask at every step. Same states as
+    `where_done`: every entry is its env's own fresh reset.
+    """
+    if not 0 < chunk <= 1:
+        raise ValueError(f"chunk must be a fraction in (0, 1], got {chunk}")
+    fresh_fn = _traced_once(fresh_fn)
+
+    def shifted(entries, used):
+        depth = jax.tree.leaves(entries)[0].shape[0]
+        slots = jnp.minimum(jnp.arange(depth) + used, depth - 1)
+        return jax.tree.map(lambda e: e[slots], entries), jnp.arange(depth) >= depth - used
+
+    @jax.custom_batching.custom_vmap
+    def refill(operands, entries, used):
+        kept, stale = shifted(entries, used)
+        return _where(stale, jax.vmap(fresh_fn)(operands), kept)
+
+    @refill.def_vmap
+    def _batched(axis_size, in_batched, operands, entries, used):
+        operands, entries, used = _broadcast(axis_size, (operands, entries, used), in_batched)
+        kept, stale = jax.vmap(shifted)(entries, used)
+        depth = stale.shape[1]
+        pairs = axis_size * depth
+        flat = lambda tree: jax.tree.map(lambda x: x.reshape((pairs,) + x.shape[2:]), tree)  # noqa: E731
+        operands, kept, stale = flat(operands), flat(kept), stale.reshape(pairs)
+        size = min(pairs, max(2, math.ceil(axis_size * (chunk if on_cpu() else 1.0))))
+        order = jnp.nonzero(stale, size=math.ceil(pairs / size) * size, fill_value=pairs)[0]
+        trips = (jnp.sum(stale.astype(jnp.int32)) + size - 1) // size
+
+        def body(carry):
+            i, state = carry
+            idx = jax.lax.dynamic_slice(order, (i * size,), (size,))
+            rows = jnp.minimum(idx, pairs - 1)
+            fresh = jax.vmap(fresh_fn)(jax.tree.map(lambda x: x[rows], operands))
+            state = jax.tree.map(lambda s, f: s.at[idx].set(f, mode="drop"), state, fresh)
+            return i + 1, state
+
+        out = jax.lax.while_loop(lambda c: c[0] < trips, body, (jnp.int32(0), kept))[1]
+        out = jax.tree.map(lambda x: x.reshape((axis_size, depth) + x.shape[1:]), out)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return refill

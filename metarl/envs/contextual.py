@@ -30,13 +30,19 @@ from flax import struct
 
 from metarl.contexts import BACKENDS, Binding, Context, ContextSpace, PerEnv, bind
 from metarl.envs import sources
-from metarl.envs.autoreset import check_strategy, on_cpu, pooled_where_done, where_done
+from metarl.envs.autoreset import (
+    check_strategy,
+    on_cpu,
+    pooled_where_done,
+    stock_refill,
+    where_done,
+)
 from metarl.envs.mjcf import MjcfEnv
 
 CONTEXT = "context"  # state.info key: {name: sampled value}
 DERIVED = "derived"  # state.info key: {System field: value} derived from the context
 TRIAL = "trial"  # state.info key: TrialInfo
-POOL = "reset_pool"  # state.info key, reset_strategy="pool" only: ResetPool
+POOL = "reset_pool"  # state.info key, reset_strategy="pool" only: ResetPool (ResetStock: stocked)
 
 VISIBILITY = (False, True, "privileged")
 
@@ -70,6 +76,18 @@ class ResetPool:
 
     pending: Any
     ready: jax.Array  # bool[]: pending is this env's next reset (False: to be refilled)
+
+
+@struct.dataclass
+class ResetStock:
+    """reset_strategy="pool" in a trainer's rollout (`ContextualEnv.stock`): this
+    env's next ``depth`` fresh (pipeline_state, obs, env info, (context, derived)),
+    refilled by `ContextualEnv.refill` at least every ``depth`` steps. A step takes
+    its entry and never resets: the reset is not in the step's program at all."""
+
+    entries: Any  # leaves [depth, ...]: entry j is reset number base + j
+    base: jax.Array  # int32[]: TrialInfo.resets at the last refill
+    overrun: jax.Array  # bool[], sticky: a done env found no entry left (refilled too late)
 
 
 def _strong(tree):
@@ -128,6 +146,7 @@ class ContextualEnv(Env):
         self.reset_chunk = reset_chunk
         if reset_strategy == "pool":
             self._select = pooled_where_done(self._fresh, reset_chunk)
+            self._refill = stock_refill(self._fresh, reset_chunk)
         else:
             self._select = where_done(self._fresh, reset_chunk, reset_strategy)
         # On a CPU, a fence between MJX's physics and the reset's select: without it
@@ -195,7 +214,7 @@ class ContextualEnv(Env):
         derived0 = jax.eval_shape(self.binding.derive, context0)
         derived0 = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), derived0)
         first, (context, derived) = self._first(
-            (key, jnp.int32(0), True, (context0, derived0), ranges)
+            (key, jnp.int32(0), jnp.int32(0), False, (context0, derived0), ranges)
         )
         obs = self._observe(first.obs, context)
         zero = jnp.zeros((), jnp.float32)
@@ -257,20 +276,23 @@ class ContextualEnv(Env):
         trial_over = (done > 0) & (trial.episode + 1 >= self.episodes_per_trial)
         final_obs = _cut(finite, self._observe(nstate.obs, context))
 
-        # The inputs of this env's next reset, were it done now.
-        operand = (
-            trial.key,
-            trial.resets,
-            trial.episode + 1 >= self.episodes_per_trial,
-            drawn,
-            trial.ranges,
-        )
+        operand = self._operand(trial, drawn, 0)  # this env's next reset, were it done now
         # A done env restarts from its own reset: physics, observation and the env's
         # own info (an episode's state kept there, such as a Playground task's
         # target or step counter, starts afresh, as Playground's full reset does).
         current = (nstate.pipeline_state, nstate.obs, self._reset_info(nstate.info), drawn)
         info = {}
-        if self.reset_strategy == "pool":
+        if isinstance(state.info.get(POOL), ResetStock):
+            stock: ResetStock = state.info[POOL]
+            depth = jax.tree.leaves(stock.entries)[0].shape[0]
+            used = trial.resets - stock.base
+            slot = jnp.minimum(used, depth - 1)
+            entry = jax.tree.map(
+                lambda e: jax.lax.dynamic_index_in_dim(e, slot, 0, False), stock.entries
+            )
+            selected = jax.tree.map(lambda e, c: jnp.where(done > 0, e, c), entry, current)
+            info[POOL] = stock.replace(overrun=stock.overrun | ((done > 0) & (used >= depth)))
+        elif self.reset_strategy == "pool":
             pool: ResetPool = state.info[POOL]
             selected, pending, ready = self._select(
                 done > 0, operand, current, pool.pending, pool.ready
@@ -354,9 +376,50 @@ class ContextualEnv(Env):
         ).all(0)
         current = jnp.where(unchanged, trial.current_ranges, 0.0)
         info = {**state.info, TRIAL: trial.replace(ranges=new, current_ranges=current)}
-        if POOL in info:  # its entries were drawn from the old ranges
+        if isinstance(info.get(POOL), ResetStock):  # every entry to be drawn again
+            depth = jax.tree.leaves(info[POOL].entries)[0].shape[len(batch)]
+            info[POOL] = info[POOL].replace(base=trial.resets - depth)
+        elif POOL in info:  # its entries were drawn from the old ranges
             info[POOL] = info[POOL].replace(ready=jnp.zeros_like(info[POOL].ready))
         return state.replace(info=info)
+
+    def stock(self, state: State, depth: int) -> State:
+        """One env's `state` (reset_strategy="pool") holding a stock of its next `depth`
+        fresh states, all still to be computed: call `refill` before stepping it, and
+        again at least every `depth` steps. Its steps then take their fresh states from
+        the stock and compile no reset. A done env that finds the stock empty sets
+        ``state.info[POOL].overrun`` (and goes on from a wrong state): metarl's trainer
+        refills before every unroll of `depth` steps and refuses a state with an overrun.
+        Vmap it over a batch of states."""
+        if self.reset_strategy != "pool":
+            raise ValueError(
+                f'stock needs reset_strategy="pool"; this env resets with {self.reset_strategy!r}'
+            )
+        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+            raise ValueError(f"stock: depth must be an integer >= 1, got {depth!r}")
+        pool = state.info[POOL]
+        if not isinstance(pool, ResetPool):
+            raise ValueError("stock: this state already holds a stock")
+        entries = jax.tree.map(lambda x: jnp.broadcast_to(x, (depth,) + x.shape), pool.pending)
+        resets = state.info[TRIAL].resets
+        stock = ResetStock(entries, resets - depth, jnp.zeros((), bool))
+        return state.replace(info={**state.info, POOL: stock})
+
+    def refill(self, state: State) -> State:
+        """Computes the fresh states a stocked `state` (`stock`) used since its last refill:
+        its stock holds its next ``depth`` resets again. Vmap it over a batch of
+        states: only the used entries are computed, in chunks over every env."""
+        stock = state.info.get(POOL)
+        if not isinstance(stock, ResetStock):
+            raise ValueError("refill needs a stocked state: see ContextualEnv.stock")
+        trial: TrialInfo = state.info[TRIAL]
+        depth = jax.tree.leaves(stock.entries)[0].shape[0]
+        drawn = (state.info[CONTEXT], state.info[DERIVED])
+        operands = jax.vmap(lambda j: self._operand(trial, drawn, j))(jnp.arange(depth))
+        entries = self._refill(operands, stock.entries, trial.resets - stock.base)
+        return state.replace(
+            info={**state.info, POOL: stock.replace(entries=entries, base=trial.resets)}
+        )
 
     # ---- internals ----
     def _call(self, fn, drawn: tuple[Context, Context], *args):
@@ -366,16 +429,26 @@ class ContextualEnv(Env):
         with self._env.using(b.apply(context, derived), b.task_params(context)):
             return fn(*args)
 
+    def _operand(self, trial: TrialInfo, drawn, ahead):
+        """The inputs of this env's reset `ahead` resets after its next one (0: the next):
+        (key, its number, the number of the reset that starts its trial, whether that
+        trial is the running one, the running trial's (context, derived), ranges)."""
+        r = trial.resets + ahead
+        # the episode it starts is the episode index (trial.episode + ahead + 1) mod k
+        start = r - (trial.episode + ahead + 1) % self.episodes_per_trial
+        return (trial.key, r, start, start < trial.resets, drawn, trial.ranges)
+
     def _first(self, operand) -> tuple[State, tuple[Context, Context]]:
-        """(key, resets, new_trial, (context, derived), ranges) -> the first state of
-        the next episode, and its (context, derived): a new draw if new_trial, else
-        the running trial's."""
-        key, resets, new_trial, (context, derived), ranges = operand
-        k = jax.random.fold_in(key, resets)
-        k_context, k_reset = jax.random.split(k)
+        """`_operand`'s inputs -> the first state of that episode and its (context,
+        derived): the running trial's if it belongs to it, else the draw its trial
+        started with (from the reset numbered `start`, the same at every reset of
+        that trial)."""
+        key, resets, start, running, (context, derived), ranges = operand
+        k_context = jax.random.split(jax.random.fold_in(key, start))[0]
+        k_reset = jax.random.split(jax.random.fold_in(key, resets))[1]
         new = self.binding.sample(k_context, ranges)
         new = (new, self.binding.derive(new))  # once per draw: `step` reuses it
-        drawn = jax.tree.map(lambda n, c: jnp.where(new_trial, n, c), new, (context, derived))
+        drawn = jax.tree.map(lambda n, c: jnp.where(running, c, n), new, (context, derived))
         first = self._call(self._env.reset, drawn, jax.random.key_data(k_reset))
         # its info keys, static: `_reset_info` reads them without tracing the reset again
         self.__dict__.setdefault("_reset_info_keys", tuple(first.info))
@@ -492,7 +565,9 @@ def make_contextual(
         on GPU), "loop" (resets only for done envs, in chunks; best on CPU),
         "compact", "pool" (each env's next reset computed ahead, refilled in
         bulk only at steps where a done env needs it; the state carries the
-        pool) or "auto" (where JAX's default backend is a CPU, the loop; else
+        pool; PPO's rollout stocks `unroll_length` of them per env instead, refilled
+        before its steps: `ContextualEnv.stock`) or "auto" (where JAX's default
+        backend is a CPU, the loop; else
         the pool on Brax's own backends and dense on MJX). All give identical
         states on a CPU (on a GPU, MJX's agree to float rounding). A run records
         the strategy in use (`reset_strategy`): to resume it on another kind of

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from metarl.agents.agent import AgentCarry
-from metarl.envs import TRIAL
+from metarl.envs import POOL, TRIAL, ResetStock
 
 
 class EnvState(struct.PyTreeNode):
@@ -41,7 +41,13 @@ class Transition(struct.PyTreeNode):
 
 
 def unroll(env, agent, config, params, normalizer, es: EnvState):
-    """`unroll_length` steps on every env -> (new EnvState, Transition [T, B])."""
+    """`unroll_length` steps on every env -> (new EnvState, Transition [T, B]).
+
+    With reset_strategy="pool" the env states hold a stock of `unroll_length` fresh
+    states each (`init_env_state`), refilled here in bulk before the steps: the
+    steps take their fresh states from it and compile no reset."""
+    if isinstance(es.env.info.get(POOL), ResetStock):
+        es = es.replace(env=jax.vmap(env.refill)(es.env))
 
     def step(es: EnvState, _):
         pairs = jax.vmap(jax.random.split)(es.key)

@@ -25,7 +25,7 @@ from metarl.agents.ppo.learner import IterationStats, TrainingState, iterate_fn
 from metarl.agents.ppo.rollout import EnvState
 from metarl.compilation import count_compilations
 from metarl.contexts import ContextSpace, PerEnv
-from metarl.envs import ContextualEnv
+from metarl.envs import POOL, ContextualEnv, ResetStock
 from metarl.parallel import AXIS, data_mesh
 
 
@@ -139,6 +139,8 @@ def make_train_space(
     def init_env(key, ranges):
         keys = jax.random.split(key, config.num_envs + 1)
         states = jax.vmap(env.reset)(keys[1:], ranges)
+        if env.reset_strategy == "pool":  # each rollout refills it first (rollout.py)
+            states = jax.vmap(functools.partial(env.stock, depth=config.unroll_length))(states)
         return EnvState(
             env=states,
             carry=agent.init_carry((config.num_envs,)),
@@ -352,6 +354,12 @@ def run_train(
                 progress(done * batch, total * batch)
         sums = jax.device_get(sums)
     timing = (time.perf_counter() - start, compiles.seconds)  # (wall, compiling)
+    stock = env_state.env.info.get(POOL)
+    if isinstance(stock, ResetStock) and np.any(jax.device_get(stock.overrun)):
+        raise RuntimeError(  # cannot happen: every rollout refills first (a bug if it does)
+            "run_train: a done env found its stock of fresh states empty, so its state is "
+            "wrong; the env states must hold a stock of unroll_length entries (init_env_state)"
+        )
     if space.num_seeds is None:
         return training_state, env_state, _summarise(space, training_state, sums, total, timing)
     per_seed = [
