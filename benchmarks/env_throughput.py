@@ -261,7 +261,7 @@ def _build(label: str, name: str, n: int, cfg: Config):
         )
         return _rollout(lambda k: env.reset(raw_keys(k)), env.step, env.action_size, n, cfg.steps)
     strategy = cfg.strategy
-    if label in ("contextual_pool_dense", "contextual_pool_cond", "contextual_stock"):
+    if label in ("contextual_pool_dense", "contextual_pool_cond"):
         strategy = "pool"
     elif label in _BINDINGS:
         pass  # cfg.strategy

@@ -22,6 +22,8 @@ XLA's defaults.
 """
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 FAST_COMPILE = "--xla_cpu_use_fusion_emitters=false"
@@ -48,3 +50,22 @@ if os.environ.get("METARL_TEST_JAX_CACHE", "1") != "0":
     jax.config.update(
         "jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"])
     )
+
+
+def with_xla_defaults(module: str, call: str) -> str:
+    """`repr` of ``module.call`` evaluated in a process of its own with XLA's default
+    flags (the tests' folder importable): for a claim that compares two programs bit
+    for bit, which the older emitters fuse differently."""
+    flags = os.environ.get("XLA_FLAGS", "").replace(FAST_COMPILE, "").strip()
+    script = (
+        f"import sys; sys.path.insert(0, sys.argv[1]); import {module} as t; print(repr(t.{call}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(Path(__file__).parent)],
+        env=dict(os.environ, XLA_FLAGS=flags, METARL_TEST_XLA_DEFAULTS="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.strip().split("\n")[-1]

@@ -1,10 +1,6 @@
 """Reset strategies: every strategy gives the same states, bit for bit, and the
 state a done env restarts from is its own fresh reset."""
 
-import os
-import pathlib
-import subprocess
-import sys
 from unittest import mock
 
 import jax
@@ -13,14 +9,14 @@ import numpy as np
 import pytest
 from brax import envs as brax_envs
 from brax.envs.wrappers import training as brax_training
-from conftest import FAST_COMPILE
+from conftest import with_xla_defaults
 
 from metarl import contexts as C
 from metarl.compilation import loop_carries
 from metarl.envs import RESET_STRATEGIES, make_contextual
 from metarl.envs.autoreset import pooled_where_done, where_done
 
-STATELESS = [s for s in RESET_STRATEGIES if s != "pool"]
+STATELESS = [s for s in RESET_STRATEGIES if s not in ("pool", "stock")]
 
 
 def _fresh(operand):
@@ -150,14 +146,7 @@ def test_strategies_give_identical_env_states(backend="generalized"):
     # "auto" is "loop" here; "pool_dense": the pool refilled as on a GPU, "pool_cond":
     # its refill decided by lax.cond
     for strategy in ("loop", "dense", "compact", "pool", "pool_dense", "pool_cond"):
-        env = make_contextual(
-            "inverted_pendulum",
-            space,
-            backend=backend,
-            episode_length=9,
-            episodes_per_trial=2,
-            reset_strategy=strategy.partition("_")[0],
-        )
+        env = _trial_env(space, backend, strategy.partition("_")[0])
         if strategy == "pool_dense":
             env._select = pooled_where_done(env._fresh, env.reset_chunk, refill="dense")  # noqa: SLF001
         if strategy == "pool_cond":
@@ -197,18 +186,23 @@ def test_strategies_give_identical_env_states(backend="generalized"):
             np.testing.assert_array_equal(_raw(a), _raw(b), err_msg=strategy)
 
 
-def _stocked_rollout(space, narrow, backend, n, steps, depth):
-    """`test_strategies_give_identical_env_states`'s rollout as PPO's rollout runs the
-    pool: each env stocked with `depth` fresh states, refilled every `depth` steps
-    (after the ranges change), steps that never reset."""
-    env = make_contextual(
+def _trial_env(space, backend, strategy):
+    """inverted_pendulum in episodes of at most 9 steps, trials of 2 episodes."""
+    return make_contextual(
         "inverted_pendulum",
         space,
         backend=backend,
         episode_length=9,
         episodes_per_trial=2,
-        reset_strategy="pool",
+        reset_strategy=strategy,
     )
+
+
+def _stocked_rollout(space, narrow, backend, n, steps, depth):
+    """`test_strategies_give_identical_env_states`'s rollout as PPO's rollout runs the
+    pool: each env stocked with `depth` fresh states, refilled every `depth` steps
+    (after the ranges change), steps that never reset."""
+    env = _trial_env(space, backend, "stock")
 
     def run(key):
         state = jax.vmap(env.reset)(jax.random.split(key, n))
@@ -333,31 +327,21 @@ def _raw(x):
 
 
 def test_ppo_trains_identically_with_the_pool():
-    """The pool through the trainer, which stocks each env with unroll_length fresh
-    states refilled before each rollout: a GRU agent, trials of 2 short episodes,
-    new ranges between segments (set_ranges must empty the stock): parameters,
+    """The pool and the stock through the trainer, which stocks each env with
+    unroll_length fresh states refilled before each rollout ("stock"): a GRU agent,
+    trials of 2 short episodes, new ranges between segments (set_ranges must empty the
+    stock): parameters,
     metrics and env states equal those of the loop. With XLA's defaults, in a process
     of its own: with the older CPU emitters tests/conftest.py sets, the two training
     programs (one resets inside its steps, the other before them) fuse the agent's
     operations differently and part by 6e-11 after 6 iterations."""
-    flags = os.environ.get("XLA_FLAGS", "").replace(FAST_COMPILE, "").strip()
-    script = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import test_autoreset as t; "
-        "print(repr(t._ppo_pool_against_loop()))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", script, str(pathlib.Path(__file__).parent)],
-        env=dict(os.environ, XLA_FLAGS=flags, METARL_TEST_XLA_DEFAULTS="1"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split("\n")[-2] == "[]", out.stdout[-3000:]
+    out = with_xla_defaults("test_autoreset", "_ppo_pool_against_loop()")
+    assert out == "{'pool': [], 'stock': []}", out
 
 
-def _ppo_pool_against_loop() -> list[str]:
-    """The paths at which the pool's training differs from the loop's (timings aside)."""
+def _ppo_pool_against_loop() -> dict[str, list[str]]:
+    """The paths at which the pool's and the stock's training differ from the loop's
+    (timings aside)."""
     from metarl.agents import ppo
 
     space = C.ContextSpace({"gravity": C.Scale(0.5, 1.5)})
@@ -366,7 +350,7 @@ def _ppo_pool_against_loop() -> list[str]:
         policy_hidden=(16,), value_hidden=(16,),
     )  # fmt: skip
     results = {}
-    for strategy in ("loop", "pool"):
+    for strategy in ("loop", "pool", "stock"):
         env = make_contextual(
             "inverted_pendulum",
             space,
@@ -384,12 +368,15 @@ def _ppo_pool_against_loop() -> list[str]:
         info = {k: v for k, v in es.env.info.items() if k != "reset_pool"}
         results[strategy] = (ts.params, es.env.replace(info=info), m1, m2)
     assert float(results["loop"][2]["episodes"]) > 0
-    pool, loop = (jax.tree_util.tree_leaves_with_path(results[s]) for s in ("pool", "loop"))
-    differ = []
-    for (path, a), (_, b) in zip(pool, loop, strict=True):
-        name = jax.tree_util.keystr(path)
-        if not any(t in name for t in ("seconds", "per_sec")):  # timings
-            differ += [] if np.array_equal(_raw(a), _raw(b)) else [name]
+    loop = jax.tree_util.tree_leaves_with_path(results["loop"])
+    differ = {"pool": [], "stock": []}
+    for strategy, paths in differ.items():
+        for (path, a), (_, b) in zip(
+            jax.tree_util.tree_leaves_with_path(results[strategy]), loop, strict=True
+        ):
+            name = jax.tree_util.keystr(path)
+            if not any(t in name for t in ("seconds", "per_sec")):  # timings
+                paths += [] if np.array_equal(_raw(a), _raw(b)) else [name]
     return differ
 
 
@@ -416,7 +403,7 @@ def test_a_stocked_step_never_resets_and_an_empty_stock_is_flagged():
 
     space = C.ContextSpace({"gravity": C.Scale(0.5, 1.5)})
     env = make_contextual(
-        "inverted_pendulum", space, backend="generalized", episode_length=1, reset_strategy="pool"
+        "inverted_pendulum", space, backend="generalized", episode_length=1, reset_strategy="stock"
     )
     state = jax.vmap(lambda s: env.stock(s, 2))(
         jax.vmap(env.reset)(jax.random.split(jax.random.key(0), 4))
@@ -430,7 +417,7 @@ def test_a_stocked_step_never_resets_and_an_empty_stock_is_flagged():
     for expected in (False, False, True):  # episodes of one step: two entries, three resets
         state = step(state, jnp.zeros((4, env.action_size)))
         assert np.asarray(state.info["reset_pool"].overrun).all() == expected
-    with pytest.raises(ValueError, match='needs reset_strategy="pool"'):
+    with pytest.raises(ValueError, match='needs reset_strategy="stock"'):
         make_contextual("inverted_pendulum", space, reset_strategy="loop").stock(state, 2)
 
     config = ppo.PPOConfig(num_envs=4, unroll_length=2, num_minibatches=1)

@@ -7,11 +7,7 @@ context reproduces the plain MJX rollout bit for bit; Playground envs work by
 name and by instance, refuse the constants they cache, and train.
 """
 
-import os
-import pathlib
 import re
-import subprocess
-import sys
 
 import conftest
 import jax
@@ -149,20 +145,8 @@ def test_default_context_reproduces_plain_mjx():
     """Bit for bit the plain MJX simulation, with XLA's default flags: in a process
     of its own, without the compile-time flag tests/conftest.py adds (with XLA's older
     CPU emitters the two programs fuse differently and differ by 1.5e-6)."""
-    flags = os.environ.get("XLA_FLAGS", "").replace(conftest.FAST_COMPILE, "").strip()
-    script = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import test_model_envs as t; "
-        "print(repr(t._plain_mjx_difference()))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", script, str(pathlib.Path(__file__).parent)],
-        env=dict(os.environ, XLA_FLAGS=flags, METARL_TEST_XLA_DEFAULTS="1"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert float(out.stdout.split()[-1]) == 0.0, out.stdout
+    out = conftest.with_xla_defaults("test_model_envs", "_plain_mjx_difference()")
+    assert float(out) == 0.0, out
 
 
 def test_mjcf_env_takes_a_model_or_a_path(tmp_path):

@@ -37,9 +37,10 @@ function carries a `jax.custom_batching` rule):
   change when it resets (its key, reset count, episode index, context) or
   through `ContextualEnv.set_ranges`, which empties the pool. A dense refill
   every k steps costs 1/k of "dense"; it adds one `lax.cond` per step.
-  `stock_refill` keeps a deeper pool, a *stock* of each env's next ``depth``
-  fresh states, refilled by its owner (PPO's rollout) once per ``depth`` steps:
-  the step then only takes an entry (`ContextualEnv.stock`).
+* ``"stock"``: the pool, which PPO's rollout deepens into a *stock* of each
+  env's next ``depth`` fresh states (`stock_refill`), refilled by its owner once
+  per ``depth`` steps: the step then only takes an entry (`ContextualEnv.stock`).
+  Outside a stocked rollout it is the pool.
 
 Nested vmaps (envs inside contexts) work: the outer vmap batches the loop
 with a select.
@@ -54,7 +55,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-STRATEGIES = ("auto", "loop", "compact", "dense", "pool")
+STRATEGIES = ("auto", "loop", "compact", "dense", "pool", "stock")
 
 
 def _where(done: jax.Array, new: Any, old: Any) -> Any:
@@ -85,8 +86,8 @@ def where_done(
         (used by the "loop" and "compact" strategies).
       strategy: one of `STRATEGIES` (see the module docstring).
     """
-    if check_strategy(strategy) == "pool":
-        raise ValueError('strategy "pool" keeps state: build it with pooled_where_done')
+    if check_strategy(strategy) in ("pool", "stock"):
+        raise ValueError(f"strategy {strategy!r} keeps state: build it with pooled_where_done")
     fresh_fn = _traced_once(fresh_fn)
     batched_impl = _batched_impls(fresh_fn, chunk)
 
@@ -193,8 +194,8 @@ def pooled_where_done(
     conditional node without the host reading the predicate; measured by
     `benchmarks/env_throughput.py --variants contextual_pool_cond`).
     """
-    if check_strategy(refill) == "pool":
-        raise ValueError('refill must be a stateless strategy, not "pool"')
+    if check_strategy(refill) in ("pool", "stock"):
+        raise ValueError(f"refill must be a stateless strategy, not {refill!r}")
     if guard not in GUARDS:
         raise ValueError(f"unknown refill guard {guard!r}; choose one of {', '.join(GUARDS)}")
     fresh_fn = _traced_once(fresh_fn)

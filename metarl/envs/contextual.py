@@ -42,7 +42,8 @@ from metarl.envs.mjcf import MjcfEnv
 CONTEXT = "context"  # state.info key: {name: sampled value}
 DERIVED = "derived"  # state.info key: {System field: value} derived from the context
 TRIAL = "trial"  # state.info key: TrialInfo
-POOL = "reset_pool"  # state.info key, reset_strategy="pool" only: ResetPool (ResetStock: stocked)
+POOL = "reset_pool"  # state.info key, strategies "pool", "stock": ResetPool (ResetStock: stocked)
+POOLED = ("pool", "stock")  # the reset strategies whose state carries fresh states
 
 VISIBILITY = (False, True, "privileged")
 
@@ -80,7 +81,7 @@ class ResetPool:
 
 @struct.dataclass
 class ResetStock:
-    """reset_strategy="pool" in a trainer's rollout (`ContextualEnv.stock`): this
+    """reset_strategy="stock" in a trainer's rollout (`ContextualEnv.stock`): this
     env's next ``depth`` fresh (pipeline_state, obs, env info, (context, derived)),
     refilled by `ContextualEnv.refill` at least every ``depth`` steps. A step takes
     its entry and never resets: the reset is not in the step's program at all."""
@@ -144,7 +145,7 @@ class ContextualEnv(Env):
             reset_strategy = "loop" if on_cpu() else "pool"
         self.reset_strategy = reset_strategy
         self.reset_chunk = reset_chunk
-        if reset_strategy == "pool":
+        if reset_strategy in POOLED:
             self._select = pooled_where_done(self._fresh, reset_chunk)
             self._refill = stock_refill(self._fresh, reset_chunk)
         else:
@@ -233,7 +234,7 @@ class ContextualEnv(Env):
             current_ranges=jnp.ones((), jnp.float32),
         )
         info = {**first.info, CONTEXT: context, DERIVED: derived, TRIAL: trial}
-        if self.reset_strategy == "pool":  # empty: filled when an env first finishes
+        if self.reset_strategy in POOLED:  # empty: filled when an env first finishes
             pending = (
                 first.pipeline_state,
                 first.obs,
@@ -292,7 +293,7 @@ class ContextualEnv(Env):
             )
             selected = jax.tree.map(lambda e, c: jnp.where(done > 0, e, c), entry, current)
             info[POOL] = stock.replace(overrun=stock.overrun | ((done > 0) & (used >= depth)))
-        elif self.reset_strategy == "pool":
+        elif self.reset_strategy in POOLED:
             pool: ResetPool = state.info[POOL]
             selected, pending, ready = self._select(
                 done > 0, operand, current, pool.pending, pool.ready
@@ -384,16 +385,17 @@ class ContextualEnv(Env):
         return state.replace(info=info)
 
     def stock(self, state: State, depth: int) -> State:
-        """One env's `state` (reset_strategy="pool") holding a stock of its next `depth`
+        """One env's `state` (reset_strategy "stock" or "pool") holding a stock of its next `depth`
         fresh states, all still to be computed: call `refill` before stepping it, and
         again at least every `depth` steps. Its steps then take their fresh states from
         the stock and compile no reset. A done env that finds the stock empty sets
         ``state.info[POOL].overrun`` (and goes on from a wrong state): metarl's trainer
         refills before every unroll of `depth` steps and refuses a state with an overrun.
         Vmap it over a batch of states."""
-        if self.reset_strategy != "pool":
+        if self.reset_strategy not in POOLED:
             raise ValueError(
-                f'stock needs reset_strategy="pool"; this env resets with {self.reset_strategy!r}'
+                f'stock needs reset_strategy="stock" (or "pool"); this env resets with '
+                f"{self.reset_strategy!r}"
             )
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
             raise ValueError(f"stock: depth must be an integer >= 1, got {depth!r}")
@@ -565,8 +567,9 @@ def make_contextual(
         on GPU), "loop" (resets only for done envs, in chunks; best on CPU),
         "compact", "pool" (each env's next reset computed ahead, refilled in
         bulk only at steps where a done env needs it; the state carries the
-        pool; PPO's rollout stocks `unroll_length` of them per env instead, refilled
-        before its steps: `ContextualEnv.stock`) or "auto" (where JAX's default
+        pool), "stock" (the pool, which PPO's rollout deepens into `unroll_length`
+        fresh states per env, refilled in bulk before its steps, which then hold no
+        reset: `ContextualEnv.stock`; opt-in until measured on a GPU) or "auto" (where JAX's default
         backend is a CPU, the loop; else
         the pool on Brax's own backends and dense on MJX). All give identical
         states on a CPU (on a GPU, MJX's agree to float rounding). A run records

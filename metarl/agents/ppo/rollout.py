@@ -43,7 +43,7 @@ class Transition(struct.PyTreeNode):
 def unroll(env, agent, config, params, normalizer, es: EnvState):
     """`unroll_length` steps on every env -> (new EnvState, Transition [T, B]).
 
-    With reset_strategy="pool" the env states hold a stock of `unroll_length` fresh
+    With reset_strategy="stock" the env states hold a stock of `unroll_length` fresh
     states each (`init_env_state`), refilled here in bulk before the steps: the
     steps take their fresh states from it and compile no reset."""
     if isinstance(es.env.info.get(POOL), ResetStock):

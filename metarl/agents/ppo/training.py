@@ -139,7 +139,7 @@ def make_train_space(
     def init_env(key, ranges):
         keys = jax.random.split(key, config.num_envs + 1)
         states = jax.vmap(env.reset)(keys[1:], ranges)
-        if env.reset_strategy == "pool":  # each rollout refills it first (rollout.py)
+        if env.reset_strategy == "stock":  # each rollout refills it first (rollout.py)
             states = jax.vmap(functools.partial(env.stock, depth=config.unroll_length))(states)
         return EnvState(
             env=states,
