@@ -211,10 +211,12 @@ def test_the_training_program_runs_the_envs_python_once(monkeypatch, strategy):
     assert calls == {"reset": 1, "step": 1}
 
 
-def test_checkpoint_resume_is_bit_exact(tmp_path):
-    """With the pool, the reset strategy whose state holds most ("auto" on a GPU; the
-    next fresh state of every env, and whether it is ready, restored too)."""
-    env = make_contextual("inverted_pendulum", GRAVITY, episode_length=200, reset_strategy="pool")
+@pytest.mark.parametrize("strategy", ["pool", "stock"])
+def test_checkpoint_resume_is_bit_exact(tmp_path, strategy):
+    """With the pool and the stock, the reset strategies whose state holds most ("auto"
+    on a GPU: the next fresh state of every env, and whether it is ready; the stock:
+    unroll_length of them, the reset count at the last refill), restored too."""
+    env = make_contextual("inverted_pendulum", GRAVITY, episode_length=200, reset_strategy=strategy)
     config = ppo.PPOConfig(
         num_envs=32, unroll_length=8, num_minibatches=4, core="gru", hidden_size=16
     )

@@ -147,7 +147,7 @@ class ContextualEnv(Env):
         self.reset_chunk = reset_chunk
         if reset_strategy in POOLED:
             self._select = pooled_where_done(self._fresh, reset_chunk)
-            self._refill = stock_refill(self._fresh, reset_chunk)
+            self._refill = stock_refill(self._fresh)
         else:
             self._select = where_done(self._fresh, reset_chunk, reset_strategy)
         # On a CPU, a fence between MJX's physics and the reset's select: without it
