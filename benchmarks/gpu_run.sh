@@ -7,13 +7,14 @@
 #   bash benchmarks/gpu_run.sh env          # 8192 envs: plain, Brax DR, dense, pool (~7 min)
 #   bash benchmarks/gpu_run.sh poolcost     # hopper: where the pool's last 5% goes (~4 min)
 #   bash benchmarks/gpu_run.sh ppo 0 1 2    # PPO vs Brax PPO at the issue's settings (~5 min)
+#   STRATEGY=stock bash benchmarks/gpu_run.sh ppo 0   # and metarl's mlp with the stock
 #   bash benchmarks/gpu_run.sh ppo 3 4 benchmarks/results/ppo_seeds_0_1_2.json   # + merge
 #   bash benchmarks/gpu_run.sh profile      # where PPO's time goes (trace), two-device test
 #   bash benchmarks/gpu_run.sh repro        # same seed in fresh processes: same numbers? (~8 min)
 #   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs
-#   bash benchmarks/gpu_run.sh essential    # a 15-min device budget's first call (~8 min): the
-#                                           # four envs at 8192 (plain, Brax DR, auto, the pool
-#                                           # with a lax.cond guard) on the
+#   bash benchmarks/gpu_run.sh essential    # a 15-min device budget's first call (~9 min): the
+#                                           # four envs at 8192 (plain, Brax DR, auto, the
+#                                           # stock; hopper also the pool's lax.cond guard) on the
 #                                           # current code and the time to the first update
 #                                           # against Brax PPO's; then "ppo 0 1 2" (~6 min)
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
@@ -62,19 +63,21 @@ essential)
     m=(--envs ant --num-envs 8192 --steps 100 --rounds 4)
     first=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16 --rounds 1)
   fi
-  # contextual_stock: the pool as PPO's rollout now steps it (a stock of 16 fresh states
-  # per env refilled before every 16 steps; steps without a reset or a per-step check).
+  # contextual_stock: reset_strategy="stock" (opt-in) as PPO's rollout steps it, a stock
+  # of 16 fresh states per env refilled before every 16 steps; steps without a reset or
+  # a per-step check. Should it beat auto, run ppo_throughput.py --strategy stock next.
   # contextual_pool_cond (hopper): the pool's refill decided by lax.cond instead of a
   # 0-or-1-trip loop, the other candidate should the pool stay below 0.97x
-  run 150 env_8192_hopper python3 benchmarks/env_throughput.py "${b[@]}" --envs "$h" \
-    --variants plain brax_dr contextual contextual_stock contextual_pool_cond \
+  # (hopper's Brax DR left out for time: 0.999x of plain on the H200, 2026-11-26)
+  run 160 env_8192_hopper python3 benchmarks/env_throughput.py "${b[@]}" --envs "$h" \
+    --variants plain contextual contextual_stock contextual_pool_cond \
     --out "$out/env_8192_hopper"
-  run 180 env_8192_brax python3 benchmarks/env_throughput.py "${b[@]}" \
+  run 190 env_8192_brax python3 benchmarks/env_throughput.py "${b[@]}" \
     --envs "${rest[@]}" --variants plain brax_dr contextual contextual_stock \
     --out "$out/env_8192_brax"
   run 100 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
     --variants plain brax_dr contextual --out "$out/env_8192_mjx"
-  run 160 first_update python3 benchmarks/first_update.py "${first[@]}" \
+  run 140 first_update python3 benchmarks/first_update.py "${first[@]}" \
     --out "$out/first_update.json"
   ;;
 headline)
@@ -170,6 +173,8 @@ ppo)
       --num-timesteps 2000000)
   fi
   [ ${#merge[@]} -gt 0 ] && settings+=(--merge "${merge[@]}")
+  # STRATEGY=stock: also metarl's mlp with that reset strategy (trainer metarl_mlp_stock)
+  [ -n "${STRATEGY:-}" ] && settings+=(--strategy "$STRATEGY")
   run 570 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --seeds "${seeds[@]}" \
     --compile-cache --out "$out/ppo_seeds_$(IFS=_; echo "${seeds[*]}").json"
   ;;
