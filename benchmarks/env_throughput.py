@@ -25,7 +25,9 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
 * contextual_stock: the pool as metarl's PPO steps it: every env stocked with
   `--stock-depth` fresh states (PPO: `unroll_length`), refilled in bulk before each
   block of that many steps (`ContextualEnv.stock`, `refill`); the steps never reset
-  and never ask whether to.
+  and never ask whether to. The stock starts empty: the first refill computes
+  `--stock-depth` resets per env (PPO pays that once a run; a short rollout here pays
+  it in its time).
 * contextual_pool_cond: the pool deciding whether to refill with `lax.cond`
   instead of a loop of 0 or 1 trips (on a GPU, a loop's predicate is read by the
   host at every step; a conditional may run inside a CUDA graph).
