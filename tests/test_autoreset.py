@@ -14,9 +14,9 @@ from conftest import with_xla_defaults
 from metarl import contexts as C
 from metarl.compilation import loop_carries
 from metarl.envs import RESET_STRATEGIES, make_contextual
-from metarl.envs.autoreset import pooled_where_done, where_done
+from metarl.envs.autoreset import POOLED, pooled_where_done, where_done
 
-STATELESS = [s for s in RESET_STRATEGIES if s not in ("pool", "stock")]
+STATELESS = [s for s in RESET_STRATEGIES if s not in POOLED]
 
 
 def _fresh(operand):

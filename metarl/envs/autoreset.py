@@ -56,6 +56,7 @@ import jax
 import jax.numpy as jnp
 
 STRATEGIES = ("auto", "loop", "compact", "dense", "pool", "stock")
+POOLED = ("pool", "stock")  # the strategies whose state carries fresh states
 
 
 def _where(done: jax.Array, new: Any, old: Any) -> Any:
@@ -86,7 +87,7 @@ def where_done(
         (used by the "loop" and "compact" strategies).
       strategy: one of `STRATEGIES` (see the module docstring).
     """
-    if check_strategy(strategy) in ("pool", "stock"):
+    if check_strategy(strategy) in POOLED:
         raise ValueError(f"strategy {strategy!r} keeps state: build it with pooled_where_done")
     fresh_fn = _traced_once(fresh_fn)
     batched_impl = _batched_impls(fresh_fn, chunk)
@@ -194,7 +195,7 @@ def pooled_where_done(
     conditional node without the host reading the predicate; measured by
     `benchmarks/env_throughput.py --variants contextual_pool_cond`).
     """
-    if check_strategy(refill) in ("pool", "stock"):
+    if check_strategy(refill) in POOLED:
         raise ValueError(f"refill must be a stateless strategy, not {refill!r}")
     if guard not in GUARDS:
         raise ValueError(f"unknown refill guard {guard!r}; choose one of {', '.join(GUARDS)}")

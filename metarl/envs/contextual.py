@@ -31,6 +31,7 @@ from flax import struct
 from metarl.contexts import BACKENDS, Binding, Context, ContextSpace, PerEnv, bind
 from metarl.envs import sources
 from metarl.envs.autoreset import (
+    POOLED,
     check_strategy,
     on_cpu,
     pooled_where_done,
@@ -43,7 +44,6 @@ CONTEXT = "context"  # state.info key: {name: sampled value}
 DERIVED = "derived"  # state.info key: {System field: value} derived from the context
 TRIAL = "trial"  # state.info key: TrialInfo
 POOL = "reset_pool"  # state.info key, strategies "pool", "stock": ResetPool (ResetStock: stocked)
-POOLED = ("pool", "stock")  # the reset strategies whose state carries fresh states
 
 VISIBILITY = (False, True, "privileged")
 
@@ -89,6 +89,10 @@ class ResetStock:
     entries: Any  # leaves [depth, ...]: entry j is reset number base + j
     base: jax.Array  # int32[]: TrialInfo.resets at the last refill
     overrun: jax.Array  # bool[], sticky: a done env found no entry left (refilled too late)
+
+    def depth(self, batch: tuple[int, ...] = ()) -> int:
+        """Entries per env (`batch`: the states' batch shape, in front of the depth)."""
+        return jax.tree.leaves(self.entries)[0].shape[len(batch)]
 
 
 def _strong(tree):
@@ -285,7 +289,7 @@ class ContextualEnv(Env):
         info = {}
         if isinstance(state.info.get(POOL), ResetStock):
             stock: ResetStock = state.info[POOL]
-            depth = jax.tree.leaves(stock.entries)[0].shape[0]
+            depth = stock.depth()
             used = trial.resets - stock.base
             slot = jnp.minimum(used, depth - 1)
             entry = jax.tree.map(
@@ -378,8 +382,7 @@ class ContextualEnv(Env):
         current = jnp.where(unchanged, trial.current_ranges, 0.0)
         info = {**state.info, TRIAL: trial.replace(ranges=new, current_ranges=current)}
         if isinstance(info.get(POOL), ResetStock):  # every entry to be drawn again
-            depth = jax.tree.leaves(info[POOL].entries)[0].shape[len(batch)]
-            info[POOL] = info[POOL].replace(base=trial.resets - depth)
+            info[POOL] = info[POOL].replace(base=trial.resets - info[POOL].depth(batch))
         elif POOL in info:  # its entries were drawn from the old ranges
             info[POOL] = info[POOL].replace(ready=jnp.zeros_like(info[POOL].ready))
         return state.replace(info=info)
@@ -415,9 +418,8 @@ class ContextualEnv(Env):
         if not isinstance(stock, ResetStock):
             raise ValueError("refill needs a stocked state: see ContextualEnv.stock")
         trial: TrialInfo = state.info[TRIAL]
-        depth = jax.tree.leaves(stock.entries)[0].shape[0]
         drawn = (state.info[CONTEXT], state.info[DERIVED])
-        operands = jax.vmap(lambda j: self._operand(trial, drawn, j))(jnp.arange(depth))
+        operands = jax.vmap(lambda j: self._operand(trial, drawn, j))(jnp.arange(stock.depth()))
         entries = self._refill(operands, stock.entries, trial.resets - stock.base)
         return state.replace(
             info={**state.info, POOL: stock.replace(entries=entries, base=trial.resets)}
@@ -569,9 +571,9 @@ def make_contextual(
         bulk only at steps where a done env needs it; the state carries the
         pool), "stock" (the pool, which PPO's rollout deepens into `unroll_length`
         fresh states per env, refilled in bulk before its steps, which then hold no
-        reset: `ContextualEnv.stock`; opt-in until measured on a GPU) or "auto" (where JAX's default
-        backend is a CPU, the loop; else
-        the pool on Brax's own backends and dense on MJX). All give identical
+        reset: `ContextualEnv.stock`; opt-in until measured on a GPU) or "auto"
+        (where JAX's default backend is a CPU, the loop; else the pool on Brax's own
+        backends and dense on MJX). All give identical
         states on a CPU (on a GPU, MJX's agree to float rounding). A run records
         the strategy in use (`reset_strategy`): to resume it on another kind of
         device, pass that strategy instead of "auto".
