@@ -4,7 +4,9 @@ All variants run in one process, compiled first (after an untimed warm-up
 compile: `_warm_up`), then timed in paired rounds
 (each round runs every variant once, in turn), so that the ratios compare
 runs made under the same machine load. Each variant rolls out random actions
-for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
+for `steps` steps on `num_envs` envs inside one jitted `lax.scan`; the envs'
+first reset is a program of its own, run before each timed call and not timed
+(since 2026-11-27 (GPU); before, every variant's rounds timed it too).
 
 * plain: `brax.envs.training.wrap(env)` (vmap + episode + cached auto-reset).
 * brax_dr: the same with `randomization_fn`: a static batch of Systems with
@@ -25,9 +27,9 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
 * contextual_stock: the pool as metarl's PPO steps it: every env stocked with
   `--stock-depth` fresh states (PPO: `unroll_length`), refilled in bulk before each
   block of that many steps (`ContextualEnv.stock`, `refill`); the steps never reset
-  and never ask whether to. The stock starts empty: the first refill computes
-  `--stock-depth` resets per env (PPO pays that once a run; a short rollout here pays
-  it in its time).
+  and never ask whether to. The stock starts empty: its first fill
+  (`--stock-depth` resets per env, which PPO pays once a run, in `init_env_state`)
+  is part of the untimed first reset.
 * contextual_pool_cond: the pool deciding whether to refill with `lax.cond`
   instead of a loop of 0 or 1 trips (on a GPU, a loop's predicate is read by the
   host at every step; a conditional may run inside a CUDA graph).
@@ -45,7 +47,7 @@ for `steps` steps on `num_envs` envs inside one jitted `lax.scan`.
 * `--profile` (CPU): one more rollout per variant under `jax.profiler`, every
   operation XLA's CPU runtime ran summed per env step and split by how often it
   runs: in the physics substeps (more than once a step), once a step or less (the
-  step's own work, the resets), once (the initial reset).
+  step's own work, the resets), once.
 * ablate_norefill: the pool's machinery without its refills (not exact): a done
   env swaps in its pool entry, which is never recomputed, so the step carries and
   selects the second physics state but never refills and never asks whether to
@@ -74,6 +76,7 @@ import re
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -151,13 +154,24 @@ def _refilled(state, nxt) -> jax.Array:
     return jnp.any((nxt.done > 0) & ~state.info[POOL].ready).astype(jnp.int32)
 
 
+class _Rollout(NamedTuple):
+    """A variant's two programs: `start(key)` -> the envs' first states (for the stock,
+    filled), outside the timed call; `run(key, state)` -> the timed steps' sums."""
+
+    start: Any
+    run: Any
+
+
 def _rollout(reset, step, action_size: int, num_envs: int, steps: int, refill=None, depth=0):
-    """-> (done envs, steps at which a "pool" env refilled its pool, the sum of every
-    observation and reward), summed over steps. The sum is returned so that XLA
-    computes what a learner reads: with only the counts returned, it dropped part of
-    the observation and reward work, more of it for some variants than for others.
-    With `refill` (contextual_stock), the steps run in blocks of `depth`, each after
-    a `refill` of the states (a refill counted once per block)."""
+    """-> `_Rollout`, whose `run` returns (done envs, steps at which a "pool" env
+    refilled its pool, the sum of every observation and reward), summed over steps.
+    The sum is returned so that XLA computes what a learner reads: with only the
+    counts returned, it dropped part of the observation and reward work, more of it
+    for some variants than for others. The first reset is `start`'s, untimed: a
+    stock starts empty, and its first fill (`depth` resets per env, once per PPO run)
+    would otherwise count in every round. With `refill` (contextual_stock), the steps
+    run in blocks of `depth`, each after a `refill` of the states (a refill counted
+    once per block)."""
 
     def body(state, k):
         action = jax.random.uniform(k, (num_envs, action_size), minval=-1.0, maxval=1.0)
@@ -169,8 +183,11 @@ def _rollout(reset, step, action_size: int, num_envs: int, steps: int, refill=No
         state, (dones, _, read) = jax.lax.scan(body, refill(state), keys)
         return state, (dones.sum(), jnp.int32(1), read.sum())
 
-    def run(key):
-        state, keys = reset(key), jax.random.split(key, steps)
+    def start(key):
+        return reset(key) if refill is None else refill(reset(key))
+
+    def run(key, state):
+        keys = jax.random.split(key, steps)
         if refill is None:
             return jax.tree.map(jnp.sum, jax.lax.scan(body, state, keys)[1])
         blocks, rest = divmod(steps, depth)
@@ -180,7 +197,7 @@ def _rollout(reset, step, action_size: int, num_envs: int, steps: int, refill=No
             sums = jax.tree.map(jnp.add, sums, block(state, keys[blocks * depth :])[1])
         return sums
 
-    return jax.jit(run)
+    return _Rollout(jax.jit(start), jax.jit(run))
 
 
 def _check_nofence(name: str, backend: str) -> None:
@@ -323,7 +340,9 @@ def _warm_up(name: str, cfg: Config) -> None:
     if name in _WARM:  # once per env and process
         return
     label = next((v for v in cfg.variants if v.startswith("contextual")), cfg.variants[0])
-    _build(label, name, 2, dataclasses.replace(cfg, steps=2)).lower(jax.random.key(0)).compile()
+    rollout = _build(label, name, 2, dataclasses.replace(cfg, steps=2))
+    key = jax.random.key(0)
+    rollout.run.lower(key, rollout.start(key)).compile()
     _WARM.add(name)
 
 
@@ -336,11 +355,12 @@ def bench(name: str, n: int, cfg: Config) -> dict:
     runs = {label: _build(label, name, n, cfg) for label in cfg.variants}
     key = jax.random.key(0)
     compile_s, dones, refills, flow, carried = {}, {}, {}, {}, {}
-    for label, run in runs.items():
-        t0 = time.perf_counter()
-        compiled = run.lower(key).compile()
+    for label, rollout in runs.items():
+        t0 = time.perf_counter()  # both programs: the first reset is compiled too
+        start = rollout.start.lower(key).compile()
+        compiled = rollout.run.lower(key, jax.eval_shape(rollout.start, key)).compile()
         compile_s[label] = time.perf_counter() - t0
-        hlo = compiled.as_text()
+        hlo = compiled.as_text()  # the steps' program
         flow[label] = _control_flow(hlo)
         carried[label] = max(loop_carries(hlo), default=0)
         if cfg.dump_hlo:
@@ -353,15 +373,17 @@ def bench(name: str, n: int, cfg: Config) -> dict:
             f"a loop carries at most {carried[label]:,} numbers",
             flush=True,
         )
-        runs[label] = compiled
-        dones[label], refills[label] = map(int, compiled(key)[:2])
+        runs[label] = _Rollout(start, compiled)
+        dones[label], refills[label] = map(int, compiled(key, start(key))[:2])
     times = {label: [] for label in runs}
     for r in range(cfg.rounds):
         k = jax.random.key(r + 1)
-        for label, run in runs.items():
+        for label, rollout in runs.items():
+            state = jax.block_until_ready(rollout.start(k))  # untimed
             t0 = time.perf_counter()
-            jax.block_until_ready(run(k))
+            jax.block_until_ready(rollout.run(k, state))
             times[label].append(time.perf_counter() - t0)
+            del state
     base = np.asarray(times["plain"]) if "plain" in times else None
     print(
         f"\n{name} ({cfg.backend or 'default backend'}), {n} envs, "
@@ -440,11 +462,12 @@ def _op_times(compiled, *args) -> dict[str, tuple[float, int]]:
 def _print_profile(result: dict, runs: dict, steps: int) -> None:
     """Adds each variant's operation time per env step to `result`, split by how often
     an operation runs: more than once a step (the physics substeps), at most once a
-    step (the step's own work, the resets), once a rollout (the initial reset)."""
+    step (the step's own work, the resets), once a rollout."""
     print(f"\noperation time per env step (ms, summed over threads), {steps} steps")
     print(f"{'variant':<22}{'total':>9}{'substeps':>10}{'step':>8}{'once':>8}{'ops':>6}")
-    for label, compiled in runs.items():
-        ops = _op_times(compiled, jax.random.key(0))  # the key of the untimed first run
+    key = jax.random.key(0)  # the key of the untimed first run
+    for label, (start, compiled) in runs.items():
+        ops = _op_times(compiled, key, start(key))
         split = {"substeps": 0.0, "step": 0.0, "once": 0.0}
         for seconds, count in ops.values():
             part = "substeps" if count > steps else "step" if count > 1 else "once"

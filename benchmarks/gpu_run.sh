@@ -12,11 +12,11 @@
 #   bash benchmarks/gpu_run.sh profile      # where PPO's time goes (trace), two-device test
 #   bash benchmarks/gpu_run.sh repro        # same seed in fresh processes: same numbers? (~8 min)
 #   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs
-#   bash benchmarks/gpu_run.sh essential    # a 15-min device budget's first call (~9 min): the
+#   bash benchmarks/gpu_run.sh essential    # a 15-min device budget's one call (~9 min): the
 #                                           # four envs at 8192 (plain, Brax DR, auto, the
-#                                           # stock; hopper also the pool's lax.cond guard) on the
-#                                           # current code and the time to the first update
-#                                           # against Brax PPO's; then "ppo 0 1 2" (~6 min)
+#                                           # stock) on the current code, PPO (auto and the
+#                                           # stock) against Brax PPO over 3 seeds, and the
+#                                           # time to the first update against Brax PPO's
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
 #                                           # pool, its cond guard, derived constants; ant mjx
 #   bash benchmarks/gpu_run.sh first        # then at once (~8 min): time to the first update
@@ -41,43 +41,44 @@ export PYTHONUNBUFFERED=1
 smoke=${SMOKE:-0}
 python3 -c "import jax; print('jax', jax.__version__, jax.devices())"
 
-run() {  # run LIMIT_S NAME COMMAND...: COMMAND's output to the screen and $out/NAME.log
+run() {  # run LIMIT_S NAME COMMAND...: COMMAND's output to the screen and $out/run.log
+  # (one log: the device tool brings back at most 8 files)
   local limit=$1 name=$2
   shift 2
-  echo "== $name: $*"
-  timeout "$limit" "$@" 2>&1 | tee "$out/$name.log"
+  echo "== $name: $*" | tee -a "$out/run.log"
+  timeout "$limit" "$@" 2>&1 | tee -a "$out/run.log"
   local rc=${PIPESTATUS[0]}
-  [ "$rc" = 0 ] || echo "== $name exited with $rc (124: past its ${limit} s)"
+  [ "$rc" = 0 ] || echo "== $name exited with $rc (124: past its ${limit} s)" | tee -a "$out/run.log"
 }
 
 case $stage in
 essential)
-  # Issue 8's open figures in one call: every env of its table at 8192 envs on the
-  # current code (auto = the pool on Brax's backends, dense on MJX; the H100 figures in
-  # the README predate the derived constants' basis), then the time to the first
-  # update, metarl's against Brax PPO's own (first_update.py's brax variant)
+  # Issue 8's open figures in one call (about 9 min on the H200): every env of its table
+  # at 8192 envs on the current code (auto = the pool on Brax's backends, dense on MJX;
+  # contextual_stock: reset_strategy="stock", a stock of 16 fresh states per env refilled
+  # before every 16 steps, as PPO's rollout steps it), PPO against Brax PPO with auto and
+  # the stock (3 seeds), ant (mjx), then the time to the first update against Brax PPO's
   if [ "$smoke" = 1 ]; then b=(--num-envs 64 --steps 20 --rounds 2) h=inverted_pendulum
     rest=(hopper) m=(--envs inverted_pendulum --num-envs 64 --steps 10 --rounds 2)
     first=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --rounds 1)
-  else b=(--num-envs 8192 --steps 200 --rounds 5) h=hopper rest=(ant inverted_pendulum)
+    settings=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --num-timesteps 20000)
+  else b=(--num-envs 8192 --steps 200 --rounds 4) h=hopper rest=(ant inverted_pendulum)
     m=(--envs ant --num-envs 8192 --steps 100 --rounds 4)
     first=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16 --rounds 1)
+    settings=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16
+      --num-timesteps 2000000)
   fi
-  # contextual_stock: reset_strategy="stock" (opt-in) as PPO's rollout steps it, a stock
-  # of 16 fresh states per env refilled before every 16 steps; steps without a reset or
-  # a per-step check. Should it beat auto, run ppo_throughput.py --strategy stock next.
-  # contextual_pool_cond (hopper): the pool's refill decided by lax.cond instead of a
-  # 0-or-1-trip loop, the other candidate should the pool stay below 0.97x
   # (hopper's Brax DR left out for time: 0.999x of plain on the H200, 2026-11-26)
-  run 160 env_8192_hopper python3 benchmarks/env_throughput.py "${b[@]}" --envs "$h" \
-    --variants plain contextual contextual_stock contextual_pool_cond \
-    --out "$out/env_8192_hopper"
-  run 190 env_8192_brax python3 benchmarks/env_throughput.py "${b[@]}" \
+  run 100 env_8192_hopper python3 benchmarks/env_throughput.py "${b[@]}" --envs "$h" \
+    --variants plain contextual contextual_stock --out "$out/env_8192_hopper"
+  run 170 env_8192_brax python3 benchmarks/env_throughput.py "${b[@]}" \
     --envs "${rest[@]}" --variants plain brax_dr contextual contextual_stock \
     --out "$out/env_8192_brax"
-  run 100 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+  run 200 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --strategy stock \
+    --no-gru --seeds 0 1 2 --compile-cache --out "$out/ppo_seeds_0_1_2.json"
+  run 90 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
     --variants plain brax_dr contextual --out "$out/env_8192_mjx"
-  run 140 first_update python3 benchmarks/first_update.py "${first[@]}" \
+  run 130 first_update python3 benchmarks/first_update.py "${first[@]}" \
     --out "$out/first_update.json"
   ;;
 headline)
