@@ -12,11 +12,11 @@
 #   bash benchmarks/gpu_run.sh profile      # where PPO's time goes (trace), two-device test
 #   bash benchmarks/gpu_run.sh repro        # same seed in fresh processes: same numbers? (~8 min)
 #   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs
-#   bash benchmarks/gpu_run.sh essential    # a 15-min device budget's one call (~9 min): the
-#                                           # four envs at 8192 (plain, Brax DR, auto, the
-#                                           # stock) on the current code, PPO (auto and the
-#                                           # stock) against Brax PPO over 3 seeds, and the
-#                                           # time to the first update against Brax PPO's
+#   bash benchmarks/gpu_run.sh essential    # a 15-min device budget's one call (~10 min): ant
+#                                           # (mjx) at 8192 envs, PPO (auto and the stock)
+#                                           # against Brax PPO over 3 seeds, and the time to
+#                                           # the first update against Brax PPO's
+#   bash benchmarks/gpu_run.sh stock        # the envs at 8192: plain, Brax DR, auto, the stock
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
 #                                           # pool, its cond guard, derived constants; ant mjx
 #   bash benchmarks/gpu_run.sh first        # then at once (~8 min): time to the first update
@@ -28,7 +28,7 @@
 # command has its own time limit, so one that hangs costs its share, not the call.
 # SMOKE=1 shrinks every size, to check the script on a CPU in a few minutes.
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh essential | headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
+stage=${1:?"usage: gpu_run.sh essential | stock | headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
 shift
 out=${OUT:-/tmp/gpu_run}
 mkdir -p "$out"
@@ -53,33 +53,39 @@ run() {  # run LIMIT_S NAME COMMAND...: COMMAND's output to the screen and $out/
 
 case $stage in
 essential)
-  # Issue 8's open figures in one call (about 9 min on the H200): every env of its table
-  # at 8192 envs on the current code (auto = the pool on Brax's backends, dense on MJX;
-  # contextual_stock: reset_strategy="stock", a stock of 16 fresh states per env refilled
-  # before every 16 steps, as PPO's rollout steps it), PPO against Brax PPO with auto and
-  # the stock (3 seeds), ant (mjx), then the time to the first update against Brax PPO's
-  if [ "$smoke" = 1 ]; then b=(--num-envs 64 --steps 20 --rounds 2) h=inverted_pendulum
-    rest=(hopper) m=(--envs inverted_pendulum --num-envs 64 --steps 10 --rounds 2)
+  # Issue 8's open GPU figures in one call (about 10 min). The H200 of 2026-11-27 compiled
+  # about 1.8x slower than the one of 2026-11-26 (Brax PPO 32 s against 17.7 s) and its
+  # call measured the envs' stock (0.98-0.99x of plain), then PPO's seed 0 only. Now: ant
+  # (mjx) at 8192 envs (dense, never measured since MJX's loop and fence stopped
+  # carrying its whole state), PPO against Brax PPO with auto (the pool) and the stock
+  # over 3 seeds in paired rounds (the stock ran at 0.85x of auto there, on one seed:
+  # noise, or a cost?), then the time to the first update against Brax PPO's
+  if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 10 --rounds 2)
     first=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --rounds 1)
     settings=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --num-timesteps 20000)
-  else b=(--num-envs 8192 --steps 200 --rounds 4) h=hopper rest=(ant inverted_pendulum)
-    m=(--envs ant --num-envs 8192 --steps 100 --rounds 4)
+  else m=(--envs ant --num-envs 8192 --steps 100 --rounds 4)
     first=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16 --rounds 1)
     settings=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16
       --num-timesteps 2000000)
   fi
-  # (hopper's Brax DR left out for time: 0.999x of plain on the H200, 2026-11-26)
-  run 100 env_8192_hopper python3 benchmarks/env_throughput.py "${b[@]}" --envs "$h" \
-    --variants plain contextual contextual_stock --out "$out/env_8192_hopper"
-  run 170 env_8192_brax python3 benchmarks/env_throughput.py "${b[@]}" \
-    --envs "${rest[@]}" --variants plain brax_dr contextual contextual_stock \
-    --out "$out/env_8192_brax"
-  run 200 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --strategy stock \
-    --no-gru --seeds 0 1 2 --compile-cache --out "$out/ppo_seeds_0_1_2.json"
-  run 90 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+  run 130 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
     --variants plain brax_dr contextual --out "$out/env_8192_mjx"
-  run 130 first_update python3 benchmarks/first_update.py "${first[@]}" \
+  run 330 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --strategy stock \
+    --no-gru --seeds 0 1 2 --compile-cache --out "$out/ppo_seeds_0_1_2.json"
+  run 140 first_update python3 benchmarks/first_update.py "${first[@]}" \
     --out "$out/first_update.json"
+  ;;
+stock)
+  # The call of 2026-11-27 (H200): the four envs at 8192 envs, plain, Brax DR, auto and
+  # the stock (reset_strategy="stock": 16 fresh states per env refilled before every 16
+  # steps, as PPO's rollout steps it). It ran past its limits there: hopper and
+  # inverted_pendulum were measured in a second call, without Brax DR
+  if [ "$smoke" = 1 ]; then b=(--num-envs 64 --steps 20 --rounds 2) envs=(inverted_pendulum)
+  else b=(--num-envs 8192 --steps 200 --rounds 4) envs=(hopper ant inverted_pendulum); fi
+  for e in "${envs[@]}"; do
+    run 200 "env_8192_$e" python3 benchmarks/env_throughput.py "${b[@]}" --envs "$e" \
+      --variants plain brax_dr contextual contextual_stock --out "$out/env_8192_$e"
+  done
   ;;
 headline)
   # What issue 8 still lacks, for a session lent 15 minutes of device time (machine
@@ -206,7 +212,7 @@ resume)
   run 200 resume_deterministic env XLA_FLAGS="${XLA_FLAGS:-} --$deterministic" "${resumed[@]}"
   ;;
 *)
-  echo "unknown stage $stage: essential, headline, first, env, poolcost, ppo, profile, repro or resume"
+  echo "unknown stage $stage: essential, stock, headline, first, env, poolcost, ppo, profile, repro or resume"
   exit 2
   ;;
 esac

@@ -186,3 +186,24 @@ def test_first_update_times_one_update_round_on_both_sides(monkeypatch):
     assert metarl.num_minibatches == brax["num_minibatches"] == 16
     assert metarl.num_updates_per_batch == brax["num_updates_per_batch"]
     assert metarl.learning_rate == brax["learning_rate"]
+
+
+def test_the_stocks_first_fill_is_outside_the_timed_rollout():
+    """A stock starts empty and its first refill computes `depth` resets per env, which
+    PPO pays once a run (in init_env_state); timed inside every round, it made the
+    stock's short rollouts look slower than its steps are. The untimed start fills it:
+    its entries are the envs' next resets (base = resets), and the timed rollout
+    refills once per block."""
+    from metarl.envs.contextual import POOL, TRIAL
+
+    bench = _load("env_throughput")
+    cfg = bench.Config(stock_depth=4, steps=8)
+    rollout = bench._build("contextual_stock", "inverted_pendulum", 8, cfg)
+    key = jax.random.key(0)
+    state = rollout.start(key)
+    stock = state.info[POOL]
+    np.testing.assert_array_equal(stock.base, state.info[TRIAL].resets)
+    assert stock.depth((8,)) == 4
+    dones, refills, _ = rollout.run(key, state)
+    assert int(refills) == cfg.steps // cfg.stock_depth
+    assert int(dones) > 0  # inverted_pendulum falls within 8 random steps: the stock is used
