@@ -12,9 +12,9 @@
 #   bash benchmarks/gpu_run.sh profile      # where PPO's time goes (trace), two-device test
 #   bash benchmarks/gpu_run.sh repro        # same seed in fresh processes: same numbers? (~8 min)
 #   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs
-#   bash benchmarks/gpu_run.sh essential    # a 15-min device budget's one call (~10 min): ant
-#                                           # (mjx) at 8192 envs, PPO (auto and the stock)
-#                                           # against Brax PPO over 3 seeds, and the time to
+#   bash benchmarks/gpu_run.sh essential    # a 15-min device budget's one call (~10 min): PPO
+#                                           # (auto and the stock) against Brax PPO over 3
+#                                           # seeds, ant (mjx) at 8192 envs, and the time to
 #                                           # the first update against Brax PPO's
 #   bash benchmarks/gpu_run.sh stock        # the envs at 8192: plain, Brax DR, auto, the stock
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
@@ -59,7 +59,8 @@ essential)
   # (mjx) at 8192 envs (dense, never measured since MJX's loop and fence stopped
   # carrying its whole state), PPO against Brax PPO with auto (the pool) and the stock
   # over 3 seeds in paired rounds (the stock ran at 0.85x of auto there, on one seed:
-  # noise, or a cost?), then the time to the first update against Brax PPO's
+  # noise, or a cost?), then the time to the first update against Brax PPO's. In the
+  # order below: PPO first, whose result decides the GPU's default strategy
   if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 10 --rounds 2)
     first=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --rounds 1)
     settings=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --num-timesteps 20000)
@@ -68,10 +69,10 @@ essential)
     settings=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16
       --num-timesteps 2000000)
   fi
-  run 130 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
-    --variants plain brax_dr contextual --out "$out/env_8192_mjx"
   run 330 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --strategy stock \
     --no-gru --seeds 0 1 2 --compile-cache --out "$out/ppo_seeds_0_1_2.json"
+  run 150 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+    --variants plain brax_dr contextual --out "$out/env_8192_mjx"
   run 140 first_update python3 benchmarks/first_update.py "${first[@]}" \
     --out "$out/first_update.json"
   ;;
