@@ -20,9 +20,15 @@ kernel launch, so a small recurrent core's loop is bound by their number).
 iteration per core (open it with TensorBoard's profile plugin or Perfetto; on
 a CPU every XLA thunk is an event, so keep the env small there).
 
+`--strategies pool stock` runs every core once per reset strategy of the env, in the
+same paired rounds (rows `core:strategy`, ratios to the first row): what a strategy
+costs or saves inside PPO's own loop, the rollout column most of all.
+
     python benchmarks/ppo_profile.py --env inverted_pendulum --num-envs 512
     python benchmarks/ppo_profile.py --env hopper --num-envs 2048 --num-minibatches 16 \\
         --trace-dir /tmp/ppo_trace
+    python benchmarks/ppo_profile.py --env hopper --num-envs 2048 --num-minibatches 16 \\
+        --cores mlp --strategies pool stock
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ class Config:
     iterations: int = 8  # PPO iterations per timed call
     rounds: int = 5
     trace_dir: str | None = None
+    # the env's reset strategies compared ("auto", "pool", "stock", ...): rows core:strategy
+    strategies: tuple[str, ...] = ("auto",)
 
 
 def _run(env, cfg: Config, core: str, epochs: int):
@@ -115,9 +123,21 @@ def _call(run, steps: int) -> float:
 def main(cfg: Config) -> dict[str, dict[str, float]]:
     if cfg.epochs < 2:
         raise ValueError(f"--epochs must be >= 2 to separate the SGD cost, got {cfg.epochs}")
-    env = make_contextual(cfg.env, C.ContextSpace({}), episode_length=1000)
+    labels = {  # row -> (core, strategy)
+        (core if len(cfg.strategies) == 1 else f"{core}:{strategy}"): (core, strategy)
+        for core in cfg.cores
+        for strategy in cfg.strategies
+    }
+    envs = {
+        s: make_contextual(cfg.env, C.ContextSpace({}), episode_length=1000, reset_strategy=s)
+        for s in cfg.strategies
+    }
     steps = cfg.iterations * cfg.num_envs * cfg.unroll_length
-    runs = {(core, e): _run(env, cfg, core, e) for core in cfg.cores for e in (1, cfg.epochs)}
+    runs = {
+        (label, e): _run(envs[strategy], cfg, core, e)
+        for label, (core, strategy) in labels.items()
+        for e in (1, cfg.epochs)
+    }
     times: dict = {name: [] for name in runs}
     for round_ in range(cfg.rounds + 1):  # round 0 compiles
         for name, run in runs.items():
@@ -125,40 +145,41 @@ def main(cfg: Config) -> dict[str, dict[str, float]]:
             if round_:
                 times[name].append(elapsed / cfg.iterations * 1e3)
     if cfg.trace_dir:
-        for core in cfg.cores:
-            with jax.profiler.trace(f"{cfg.trace_dir}/{core}"):
-                _call(runs[(core, cfg.epochs)], cfg.num_envs * cfg.unroll_length)
-        print(f"traces: {cfg.trace_dir}/<core>")
+        for label in labels:
+            with jax.profiler.trace(f"{cfg.trace_dir}/{label}"):
+                _call(runs[(label, cfg.epochs)], cfg.num_envs * cfg.unroll_length)
+        print(f"traces: {cfg.trace_dir}/<row>")
     print(
         f"{jax.devices()[0].device_kind}, {cfg.env}, {cfg.num_envs} envs x {cfg.unroll_length}"
         f" steps, {cfg.num_minibatches} minibatches; ms per iteration, median of {cfg.rounds}"
     )
+    w = max(6, *(len(label) + 2 for label in labels))
     print(
-        f"{'core':<6}{'iteration':>11}{'SGD epoch':>11}{'SGD total':>11}{'rollout+rest':>14}"
+        f"{'core':<{w}}{'iteration':>11}{'SGD epoch':>11}{'SGD total':>11}{'rollout+rest':>14}"
         f"{'ops per time step, gradient loops':>36}"
     )
     out = {}
-    for core in cfg.cores:
+    for label in labels:
         # paired rounds: the differences are taken round by round, then the median
-        one, full = (np.asarray(times[(core, e)]) for e in (1, cfg.epochs))
+        one, full = (np.asarray(times[(label, e)]) for e in (1, cfg.epochs))
         epochs = (full - one) / (cfg.epochs - 1)
         full, epoch, rest = (float(np.median(x)) for x in (full, epochs, one - epochs))
-        ops = loop_ops(runs[(core, cfg.epochs)])
-        out[core] = {
+        ops = loop_ops(runs[(label, cfg.epochs)])
+        out[label] = {
             "iteration_ms": full,
             "sgd_epoch_ms": epoch,
             "rollout_rest_ms": rest,
             "loop_ops": ops,
         }
         print(
-            f"{core:<6}{full:>11.1f}{epoch:>11.1f}{epoch * cfg.epochs:>11.1f}{rest:>14.1f}"
+            f"{label:<{w}}{full:>11.1f}{epoch:>11.1f}{epoch * cfg.epochs:>11.1f}{rest:>14.1f}"
             f"{' + '.join(map(str, ops)) or '-':>36}"
         )
-    base = out[cfg.cores[0]]
-    for core in cfg.cores[1:]:
-        ratio = {k: out[core][k] / base[k] for k in base if k.endswith("_ms")}
+    first, *others = labels
+    for label in others:
+        ratio = {k: out[label][k] / out[first][k] for k in out[first] if k.endswith("_ms")}
         print(
-            f"{core} / {cfg.cores[0]}: iteration {ratio['iteration_ms']:.2f}x,"
+            f"{label} / {first}: iteration {ratio['iteration_ms']:.2f}x,"
             f" SGD {ratio['sgd_epoch_ms']:.2f}x, rollout+rest {ratio['rollout_rest_ms']:.2f}x"
         )
     return out
