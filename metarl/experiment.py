@@ -373,7 +373,7 @@ class Run:
     def _state(self, segment: int) -> dict[str, Any]:
         return {
             "training": self.ts,
-            "env": self.es,
+            "env": ppo.thin_env_state(self.es),  # a stock's entries are computed again
             "curriculum": self.cstates,
             "segment": np.int32(segment),
         }
@@ -420,7 +420,8 @@ class Run:
                 "resume, or start a new run with another --logdir"
             )
         write_json(self.logdir / RUN_FILE, self.record)  # restored: the record may change
-        self.ts, self.es, self.cstates = state["training"], state["env"], state["curriculum"]
+        self.ts, self.cstates = state["training"], state["curriculum"]
+        self.es = ppo.restock_env_state(self.space, state["env"])
         self.start, self.rows = start, rows[:start]
         if len(rows) > start:  # segments a kill left without a checkpoint: TensorBoard
             write_json(history, self.rows)  # purges them, and so does the history

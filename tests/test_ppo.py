@@ -20,7 +20,7 @@ from metarl import contexts as C
 from metarl import evaluation as E
 from metarl.agents import losses, ppo
 from metarl.compilation import count_compilations
-from metarl.envs import make_contextual
+from metarl.envs import POOL, TRIAL, make_contextual
 from metarl.envs.toy import Puck
 from metarl.trees import to_numpy
 
@@ -213,9 +213,9 @@ def test_the_training_program_runs_the_envs_python_once(monkeypatch, strategy):
 
 @pytest.mark.parametrize("strategy", ["pool", "stock"])
 def test_checkpoint_resume_is_bit_exact(tmp_path, strategy):
-    """With the pool and the stock, the reset strategies whose state holds most ("auto"
-    on a GPU: the next fresh state of every env, and whether it is ready; the stock:
-    unroll_length of them, the reset count at the last refill), restored too."""
+    """With the pool and the stock ("auto" on a GPU), the reset strategies whose state
+    holds most (the pool: the next fresh state of every env, and whether it is ready;
+    the stock: unroll_length of them, the reset count at the last refill), restored too."""
     env = make_contextual("inverted_pendulum", GRAVITY, episode_length=200, reset_strategy=strategy)
     config = ppo.PPOConfig(
         num_envs=32, unroll_length=8, num_minibatches=4, core="gru", hidden_size=16
@@ -224,14 +224,25 @@ def test_checkpoint_resume_is_bit_exact(tmp_path, strategy):
     ts = ppo.init_training_state(space, jax.random.key(0))
     es = ppo.init_env_state(space, jax.random.key(1))
     ts, es, _ = ppo.run_train(space, ts, es, 2000)
-    checkpoint.save(tmp_path, 1, {"training": ts, "env": es})
-    like = jax.tree.map(jnp.copy, {"training": ts, "env": es})
+    thin = ppo.thin_env_state(es)  # the stock keeps 1 of its 8 entries per env
+    checkpoint.save(tmp_path, 1, {"training": ts, "env": thin})
+    like = jax.tree.map(jnp.copy, {"training": ts, "env": thin})
+    stock = es.env.info[POOL]
+    if strategy == "stock":
+        assert stock.depth((32,)) == 8 and thin.env.info[POOL].depth((32,)) == 1
+        assert int(jnp.sum(es.env.info[TRIAL].resets - stock.base)) > 0  # some entries used
+    else:
+        assert thin is es
     # Uninterrupted: two more segments, the second with new ranges.
     a_ts, a_es, _ = ppo.run_train(space, ts, es, 2000)
     a_ts, a_es, _ = ppo.run_train(space, a_ts, a_es, 2000, context=GRAVITY.scaled(0.3))
-    # Resumed from disk.
+    # Resumed from disk: the stock's entries computed again, all of them.
     restored = checkpoint.restore(tmp_path, like=like)
-    b_ts, b_es, _ = ppo.run_train(space, restored["training"], restored["env"], 2000)
+    restocked = ppo.restock_env_state(space, restored["env"])
+    assert jax.tree.structure(restocked) == jax.tree.structure(es)
+    with count_compilations() as compiles:  # the training program's own arguments
+        b_ts, b_es, _ = ppo.run_train(space, restored["training"], restocked, 2000)
+    assert compiles.count == 0
     b_ts, b_es, _ = ppo.run_train(space, b_ts, b_es, 2000, context=GRAVITY.scaled(0.3))
     for a, b in zip(
         jax.tree.leaves(to_numpy((a_ts, a_es))), jax.tree.leaves(to_numpy((b_ts, b_es)))

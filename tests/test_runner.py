@@ -49,7 +49,9 @@ def exp():
 
 
 def _experiment():
-    env = make_contextual("inverted_pendulum", TARGET, episode_length=50)
+    # The stock: "auto" on a GPU, whose env state holds most (unroll_length fresh
+    # states per env, thinned to one in a checkpoint); its states are the loop's.
+    env = make_contextual("inverted_pendulum", TARGET, episode_length=50, reset_strategy="stock")
     return experiment.Experiment(
         env=env,
         target=TARGET,
@@ -105,8 +107,15 @@ def _hparams_sessions(logdir) -> list[tuple[int, dict]]:
 
 
 def test_resumed_run_logs_exactly_what_an_uninterrupted_run_logs(exp, compiled, tmp_path):
+    """Also with the stock's entries checkpointed thinned, one per env, and computed
+    again on resume (`ppo.thin_env_state`, `ppo.restock_env_state`)."""
     whole = _run(exp, compiled, tmp_path / "whole", 3)
     _run(exp, compiled, tmp_path / "parts", 2)  # then "killed" and rerun for 3 segments
+    # the leaves on disk ([key path, shape, dtype], in orbax's metadata of the step)
+    step = tmp_path / "parts" / rundir.CHECKPOINTS / "2" / "_CHECKPOINT_METADATA"
+    leaves = json.loads(step.read_text())["custom_metadata"]["leaves"]
+    entries = [shape for path, shape, _ in leaves if ".entries" in path]
+    assert entries and {tuple(shape[:2]) for shape in entries} == {(CONFIG.num_envs, 1)}
     parts = _run(exp, compiled, tmp_path / "parts", 3)
     assert parts == whole
     a = _timed_free(read_scalars(tmp_path / "whole"))
@@ -299,16 +308,20 @@ def test_the_run_identity_holds_what_changes_the_numbers(exp):
     curriculum = curricula.LinearWidening(start=0.2, segments=3)
     assert changed(identity(replace(exp, curriculum=curriculum))) == ["experiment.curriculum"]
     # a constructor argument of the wrapped env, and an edited model
-    slower = make_contextual("inverted_pendulum", TARGET, episode_length=50, n_frames=3)
+    slower = make_contextual(
+        "inverted_pendulum", TARGET, episode_length=50, n_frames=3, reset_strategy="stock"
+    )
     assert changed(identity(replace(exp, env=slower))) == ["experiment.env._n_frames"]
     pendulum = brax_envs.get_environment("inverted_pendulum")
     pendulum.sys = pendulum.sys.tree_replace({"geom_friction": pendulum.sys.geom_friction * 2})
-    edited = make_contextual(pendulum, TARGET, episode_length=50)
+    edited = make_contextual(pendulum, TARGET, episode_length=50, reset_strategy="stock")
     assert changed(identity(replace(exp, env=edited))) == ["env.model"]
     # the reset strategy: strategies agree only to float rounding on a GPU
     pooled = make_contextual("inverted_pendulum", TARGET, episode_length=50, reset_strategy="pool")
     assert changed(identity(replace(exp, env=pooled))) == ["experiment.env.reset_strategy"]
-    chunked = make_contextual("inverted_pendulum", TARGET, episode_length=50, reset_chunk=0.5)
+    chunked = make_contextual(
+        "inverted_pendulum", TARGET, episode_length=50, reset_chunk=0.5, reset_strategy="stock"
+    )
     assert changed(identity(replace(exp, env=chunked))) == ["experiment.env.reset_chunk"]
     # numbers exactly, whatever NumPy's print options: gravity 5 and 5.0000005 (the
     # next float32) differ, in the target and in the env's own space (which scales a
@@ -316,7 +329,9 @@ def test_the_run_identity_holds_what_changes_the_numbers(exp):
     nudged = C.ContextSpace({"gravity": C.Uniform(5.0000005, 15.0), "mass": C.Scale(0.5, 2.0)})
     with np.printoptions(precision=3):
         assert changed(identity(replace(exp, target=nudged))) == ["experiment.target"]
-        own = make_contextual("inverted_pendulum", nudged, episode_length=50)
+        own = make_contextual(
+            "inverted_pendulum", nudged, episode_length=50, reset_strategy="stock"
+        )
         assert changed(identity(replace(exp, env=own))) == ["experiment.env.space"]
     # a curriculum without params, its update a partial: described without addresses
     update = functools.partial(lambda state, results, rate: state, rate=0.5)
@@ -371,11 +386,12 @@ def test_a_rerun_with_another_curriculum_cannot_be_forced(exp, compiled, tmp_pat
 def test_a_run_made_with_another_reset_strategy_says_which_to_resume_with(exp, tmp_path):
     """The strategy decides what the env state holds (the pool's entries), so a resume
     with another one is refused even when forced. "auto" resolves by the kind of
-    device (on Brax's backends the loop on a CPU, the pool on a GPU, where until
-    2026-11-27 it was the pool on a CPU too): the refusal names the strategy to pass."""
+    device (on Brax's backends the loop on a CPU, the stock on a GPU; until 2026-11-27
+    the pool on both, then the pool on a GPU): the refusal names the strategy to pass."""
     pooled = make_contextual("inverted_pendulum", TARGET, episode_length=50, reset_strategy="pool")
     then = rundir.describe_run(replace(exp, env=pooled), None, 1, 0, STEPS, 3)
-    now = rundir.describe_run(exp, None, 1, 0, STEPS, 3)
+    auto = make_contextual("inverted_pendulum", TARGET, episode_length=50)
+    now = rundir.describe_run(replace(exp, env=auto), None, 1, 0, STEPS, 3)
     assert now["experiment.env.reset_strategy"] == "loop"  # "auto" on a CPU
     rundir.check_identity(tmp_path, then, "auto")
     refusal = (

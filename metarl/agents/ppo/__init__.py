@@ -27,10 +27,12 @@ from metarl.agents.ppo.training import (
     init_training_state,
     make_train_space,
     precompile,
+    restock_env_state,
     run_train,
     seed_keys,
     select_seed,
     split_keys,
+    thin_env_state,
     train,
 )
 
@@ -47,9 +49,11 @@ __all__ = [
     "init_training_state",
     "make_policy",
     "precompile",
+    "restock_env_state",
     "run_train",
     "seed_keys",
     "select_seed",
     "split_keys",
+    "thin_env_state",
     "train",
 ]
