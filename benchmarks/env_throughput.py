@@ -14,7 +14,8 @@ first reset is a program of its own, run before each timed call and not timed
 * contextual: `make_contextual` with the same quantities, drawn afresh at every
   episode inside jit, with exact resets (`--strategy`, default auto); friction
   only where some geom collides (not on inverted_pendulum, where no contact
-  reads it).
+  reads it). Where the strategy is the stock ("auto" on a GPU, Brax's backends),
+  it is stepped as PPO steps it (contextual_stock below).
 * contextual_<strategy>: the same with one reset strategy forced
   (dense, loop, compact, pool). For pool, refills/step is the fraction of
   steps at which the pool was refilled (a dense refill costs one dense step).
@@ -311,7 +312,7 @@ def _build(label: str, name: str, n: int, cfg: Config):
     if label in _BINDINGS:
         fields = {f.name: getattr(ctx.binding, f.name) for f in dataclasses.fields(ctx.binding)}
         ctx.binding = _BINDINGS[label](**fields)
-    if label == "contextual_stock":  # as PPO's rollout steps the pool
+    if ctx.reset_strategy == "stock":  # as PPO's rollout steps it (also "auto" on a GPU)
         stock = jax.vmap(functools.partial(ctx.stock, depth=cfg.stock_depth))
         return _rollout(
             lambda k: stock(jax.vmap(ctx.reset)(jax.random.split(k, n))),

@@ -15,7 +15,8 @@ on the host (evaluations off; the build of its evaluator timed apart and left ou
     python benchmarks/first_update.py --env hopper --num-envs 2048 --unroll-length 16 \\
         --num-minibatches 16 --rounds 3
 
-`--xla-flags` adds a variant per flag set: "precompile" with those XLA_FLAGS.
+`--variants brax precompile` runs only those, in that order. `--xla-flags` adds a
+variant per flag set: "precompile" with those XLA_FLAGS.
 `--strategies dense loop noreset` adds "sequential" with the env's reset strategy
 forced, or with done envs never reset ("noreset", not exact): what the exact reset
 compiled into the training program costs. `--then N` also times N more iterations
@@ -46,6 +47,8 @@ class Config:
     num_minibatches: int = 8
     rounds: int = 3
     core: str = "mlp"
+    # which of VARIANTS to run (None: all; "brax" with --core mlp only)
+    variants: tuple[str, ...] | None = None
     # extra variants: "precompile" under each of these XLA_FLAGS strings
     xla_flags: tuple[str, ...] = ()
     # extra variants "sequential:<strategy>": the env's reset strategy forced (dense,
@@ -153,12 +156,23 @@ def _measure_brax(cfg: Config) -> dict:
     }
 
 
+def _variants(cfg: Config) -> tuple[str, ...]:
+    if cfg.variants is None:
+        return tuple(v for v in VARIANTS if v != "brax" or cfg.core == "mlp")
+    unknown = [v for v in cfg.variants if v not in VARIANTS]
+    if unknown or not cfg.variants:
+        raise ValueError(f"unknown variants {unknown}: choose among {', '.join(VARIANTS)}")
+    if "brax" in cfg.variants and cfg.core != "mlp":
+        raise ValueError(f"variant brax runs with --core mlp only (Brax has no {cfg.core})")
+    return tuple(dict.fromkeys(cfg.variants))
+
+
 def main(cfg: Config) -> None:
     if cfg.worker is not None:
         print(json.dumps(_measure(cfg, cfg.worker)))
         return
     inherited = os.environ.get("XLA_FLAGS", "")
-    variants = {v: (v, inherited) for v in VARIANTS if v != "brax" or cfg.core == "mlp"}
+    variants = {v: (v, inherited) for v in _variants(cfg)}
     for flags in cfg.xla_flags:
         variants[f"precompile {flags}"] = ("precompile", f"{inherited} {flags}")
     for strategy in cfg.strategies:
@@ -181,8 +195,8 @@ def main(cfg: Config) -> None:
             result = json.loads(done.stdout.strip().splitlines()[-1])
             runs[name].append(result)
             print(f"round {r} {name}: {result}", flush=True)
-    base = np.median([x["seconds"] for x in runs["sequential"]])
-    brax = np.median([x["seconds"] for x in runs["brax"]]) if "brax" in runs else np.nan
+    median = lambda name: np.median([x["seconds"] for x in runs[name]]) if name in runs else np.nan  # noqa: E731
+    ratios = (("sequential", median("sequential")), ("brax", median("brax")))
     print(f"\ntime to the first update, median of {cfg.rounds} fresh processes (min-max)")
     for name, xs in runs.items():
         s = [x["seconds"] for x in xs]
@@ -190,7 +204,7 @@ def main(cfg: Config) -> None:
         then = [x["then_s"] for x in xs if x.get("then_s")]
         print(
             f"{name:<40}{np.median(s):>8.1f} s ({min(s):.1f}-{max(s):.1f})"
-            f"{np.median(s) / base:>8.2f}x sequential{np.median(s) / brax:>8.2f}x brax"
+            + "".join(f"{np.median(s) / b:>8.2f}x {n}" for n, b in ratios if not np.isnan(b))
             + (f"   (training loop's compile {np.median(loop):.1f} s)" if loop else "")
             + (f"   ({cfg.then} more iterations {np.median(then):.2f} s)" if then else "")
         )

@@ -13,10 +13,10 @@
 #   bash benchmarks/gpu_run.sh repro        # same seed in fresh processes: same numbers? (~8 min)
 #   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs
 #   bash benchmarks/gpu_run.sh essential    # a 15-min device budget's one call (~10 min): PPO
-#                                           # against Brax PPO over 3 seeds, PPO's loop with
-#                                           # the pool and the stock in paired rounds, ant
-#                                           # (mjx) at 8192 envs, and the time to the first
-#                                           # update against Brax PPO's
+#                                           # against Brax PPO over seeds 4 and 5 (auto, the
+#                                           # stock, and the pool), ant (mjx) at 8192 envs with
+#                                           # dense and the stock, Brax PPO's time to its first
+#                                           # update in a fresh process beside metarl's
 #   bash benchmarks/gpu_run.sh stock        # the envs at 8192: plain, Brax DR, auto, the stock
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
 #                                           # pool, its cond guard, derived constants; ant mjx
@@ -54,32 +54,27 @@ run() {  # run LIMIT_S NAME COMMAND...: COMMAND's output to the screen and $out/
 
 case $stage in
 essential)
-  # Issue 8's open GPU figures in one call (about 10 min). The H200 of 2026-11-27 compiled
-  # about 1.8x slower than the one of 2026-11-26 (Brax PPO 32 s against 17.7 s); its call
-  # measured the envs' stock (0.98-0.99x of plain), then PPO's seed 0 only, where the
-  # stock ran at 0.85x of auto (the pool): noise, or a cost? In this order: PPO against
-  # Brax PPO (3 seeds, auto), PPO's own loop with the pool and with the stock in 5 paired
-  # rounds (ppo_profile.py: which one the GPU's auto should be), ant (mjx) at 8192 envs
-  # (dense, not measured since MJX's loop and fence stopped carrying its whole state),
-  # then the time to the first update against Brax PPO's
-  if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 10 --rounds 2)
+  # Issue 8's open GPU figures in one call (about 10 min on the slow H200 of 2026-11-27).
+  # That machine's second session measured PPO's loop in paired rounds (the stock took
+  # 0.84x and 0.98x of the pool's time), so "auto" on Brax's backends is the stock now.
+  # Here: PPO against Brax PPO over new seeds (4 and 5: seeds 0-3 favour Brax PPO on
+  # the CPU too), with auto (the stock) and the pool side by side; ant (mjx) at 8192 envs
+  # with dense (auto, 0.94x of plain there) and the stock (is it MJX's default too?);
+  # then Brax PPO's time to its first update in a fresh process, beside metarl's
+  if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 16 --rounds 2)
     first=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --rounds 1)
     settings=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --num-timesteps 20000)
-    loop=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --iterations 2 --rounds 2)
-  else m=(--envs ant --num-envs 8192 --steps 100 --rounds 4)
+  else m=(--envs ant --num-envs 8192 --steps 96 --rounds 4)
     first=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16 --rounds 1)
     settings=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16
       --num-timesteps 2000000)
-    loop=(--env hopper --num-envs 2048 --num-minibatches 16 --iterations 4 --rounds 5)
   fi
-  run 200 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --no-gru --seeds 0 1 2 \
-    --compile-cache --out "$out/ppo_seeds_0_1_2.json"
-  run 150 ppo_strategies python3 benchmarks/ppo_profile.py "${loop[@]}" --cores mlp \
-    --strategies pool stock
-  run 130 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
-    --variants plain brax_dr contextual --out "$out/env_8192_mjx"
-  run 120 first_update python3 benchmarks/first_update.py "${first[@]}" \
-    --out "$out/first_update.json"
+  run 250 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --no-gru --seeds 4 5 \
+    --strategy pool --compile-cache --out "$out/ppo_seeds_4_5.json"
+  run 170 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+    --variants plain contextual contextual_stock --out "$out/env_8192_mjx"
+  run 150 first_update python3 benchmarks/first_update.py "${first[@]}" \
+    --variants brax precompile --out "$out/first_update.json"
   ;;
 stock)
   # The call of 2026-11-27 (H200): the four envs at 8192 envs, plain, Brax DR, auto and

@@ -281,9 +281,10 @@ def test_strategies_give_identical_states_on_mjx():
     assert max(carried.values()) <= 1.5 * most, (carried, most)
 
 
-def test_auto_is_the_loop_on_a_cpu_the_pool_on_brax_backends_elsewhere_and_mjx_fences_on_a_cpu():
-    """auto: where JAX's default backend is a CPU, the loop; elsewhere the pool on
-    Brax's own backends (the state carries it) and stateless on MJX. Where the
+def test_auto_is_the_loop_on_a_cpu_the_stock_on_brax_backends_elsewhere_and_mjx_fences_on_a_cpu():
+    """auto: where JAX's default backend is a CPU, the loop; elsewhere the stock on
+    Brax's own backends (the state carries its pool, which PPO stocks) and stateless
+    on MJX. Where the
     default backend is a GPU, MJX's step is exactly the dense one with no
     fence and no platform switch: on an H200 a step holding `lax.platform_dependent`
     (of the fence, or of auto's loop and dense) ran ant at 0.76x of plain Brax, the
@@ -294,7 +295,7 @@ def test_auto_is_the_loop_on_a_cpu_the_pool_on_brax_backends_elsewhere_and_mjx_f
     with mock.patch.object(jax, "default_backend", return_value="gpu"):
         brax_env = make_contextual("inverted_pendulum", space)
     mjx_env = make_contextual("inverted_pendulum", space, backend="mjx")
-    assert (brax_env.reset_strategy, mjx_env.reset_strategy) == ("pool", "auto")
+    assert (brax_env.reset_strategy, mjx_env.reset_strategy) == ("stock", "auto")
     keys = jax.random.split(jax.random.key(0), 4)
     assert "reset_pool" in jax.eval_shape(jax.vmap(brax_env.reset), keys).info
     state = jax.eval_shape(jax.vmap(mjx_env.reset), keys)

@@ -1,5 +1,6 @@
 """The benchmark scripts' own logic (their timings run on demand, not here)."""
 
+import dataclasses
 import importlib.util
 import inspect
 import json
@@ -188,22 +189,37 @@ def test_first_update_times_one_update_round_on_both_sides(monkeypatch):
     assert metarl.learning_rate == brax["learning_rate"]
 
 
+def test_first_update_runs_the_variants_asked_for_and_refuses_others(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    first = _load("first_update")
+    assert first._variants(first.Config()) == first.VARIANTS
+    assert "brax" not in first._variants(first.Config(core="gru"))
+    assert first._variants(first.Config(variants=("brax", "precompile"))) == ("brax", "precompile")
+    with pytest.raises(ValueError, match="choose among sequential, precompile, brax"):
+        first._variants(first.Config(variants=("sequental",)))
+    with pytest.raises(ValueError, match="--core mlp only"):
+        first._variants(first.Config(variants=("brax",), core="gru"))
+
+
 def test_the_stocks_first_fill_is_outside_the_timed_rollout():
     """A stock starts empty and its first refill computes `depth` resets per env, which
     PPO pays once a run (in init_env_state); timed inside every round, it made the
     stock's short rollouts look slower than its steps are. The untimed start fills it:
     its entries are the envs' next resets (base = resets), and the timed rollout
-    refills once per block."""
+    refills once per block. The "contextual" variant whose strategy is the stock
+    ("auto" on a GPU) is stepped the same way: it times what PPO runs."""
     from metarl.envs.contextual import POOL, TRIAL
 
     bench = _load("env_throughput")
     cfg = bench.Config(stock_depth=4, steps=8)
-    rollout = bench._build("contextual_stock", "inverted_pendulum", 8, cfg)
-    key = jax.random.key(0)
-    state = rollout.start(key)
-    stock = state.info[POOL]
-    np.testing.assert_array_equal(stock.base, state.info[TRIAL].resets)
-    assert stock.depth((8,)) == 4
-    dones, refills, _ = rollout.run(key, state)
-    assert int(refills) == cfg.steps // cfg.stock_depth
-    assert int(dones) > 0  # inverted_pendulum falls within 8 random steps: the stock is used
+    for label, strategy in (("contextual_stock", "auto"), ("contextual", "stock")):
+        cfg = dataclasses.replace(cfg, strategy=strategy)
+        rollout = bench._build(label, "inverted_pendulum", 8, cfg)
+        key = jax.random.key(0)
+        state = rollout.start(key)
+        stock = state.info[POOL]
+        np.testing.assert_array_equal(stock.base, state.info[TRIAL].resets)
+        assert stock.depth((8,)) == 4
+        dones, refills, _ = rollout.run(key, state)
+        assert int(refills) == cfg.steps // cfg.stock_depth
+        assert int(dones) > 0  # inverted_pendulum falls within 8 random steps: the stock is used
