@@ -231,6 +231,11 @@ def test_checkpoint_resume_is_bit_exact(tmp_path, strategy):
     if strategy == "stock":
         assert stock.depth((32,)) == 8 and thin.env.info[POOL].depth((32,)) == 1
         assert int(jnp.sum(es.env.info[TRIAL].resets - stock.base)) > 0  # some entries used
+        with pytest.raises(ValueError, match=r"holds 1 fresh states.*restock_env_state"):
+            ppo.run_train(space, ts, thin, 2000)  # forgot to restock: refused, not recompiled
+        other = ppo.make_train_space(env, replace(config, unroll_length=4))
+        with pytest.raises(ValueError, match=r"holds 8 fresh states.*unroll_length \(4\)"):
+            ppo.restock_env_state(other, jax.tree.map(jnp.copy, es))
     else:
         assert thin is es
     # Uninterrupted: two more segments, the second with new ranges.

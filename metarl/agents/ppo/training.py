@@ -291,6 +291,11 @@ def restock_env_state(space: TrainSpace, env_state: EnvState) -> EnvState:
     depth = space.config.unroll_length
     if not isinstance(stock, ResetStock) or stock.depth(jnp.shape(stock.base)) == depth:
         return env_state
+    if (held := stock.depth(jnp.shape(stock.base))) != 1:
+        raise ValueError(
+            f"restock_env_state: the stock holds {held} fresh states per env: neither "
+            f"thinned (1) nor this train space's unroll_length ({depth})"
+        )
     return _restock(depth, _env_sharding(space))(env_state)
 
 
@@ -444,6 +449,20 @@ def _check_run(space: TrainSpace, ts, es, num_steps) -> None:
             + (f" and num_seeds={space.num_seeds}" if seeds else "")
             + ": build it with init_env_state(space, ...)"
         )
+    stock = es.env.info.get(POOL)
+    if isinstance(stock, ResetStock):
+        depth = stock.depth(es.key.shape)
+        if depth != space.config.unroll_length:
+            raise ValueError(
+                f"run_train: env_state's stock holds {depth} fresh states per env, the train "
+                f"space's unroll_length is {space.config.unroll_length}"
+                + (
+                    ": it was thinned for a checkpoint (thin_env_state); pass it through "
+                    "restock_env_state(space, env_state) first"
+                    if depth == 1
+                    else ": build it with init_env_state(space, ...)"
+                )
+            )
     expected = jax.eval_shape(space.init_training, seed_keys(0, space.num_seeds))
     shapes = lambda t: [(x.shape, x.dtype) for x in jax.tree.leaves(t)]  # noqa: E731
     if jax.tree.structure(ts) != jax.tree.structure(expected) or shapes(ts) != shapes(expected):
