@@ -149,7 +149,7 @@ def make_train_space(
 
     set_ranges = lambda es, ranges: es.replace(env=env.set_ranges(es.env, ranges))  # noqa: E731
     iterate = iterate_fn(env, agent, config, optimizer)
-    envs = P(AXIS)
+    envs = _env_spec(num_seeds)
     if num_seeds is not None:  # the seed axis leads; devices split the env axis after it
         init_env, set_ranges = map(jax.vmap, (init_env, set_ranges))
         # A loop, not vmap: vmapped, the recurrent cores' orthogonal initialiser
@@ -157,7 +157,6 @@ def make_train_space(
         # pool (seen here: quickstart --num-seeds 10 hung for good, 3 runs in 5).
         init_training = functools.partial(jax.lax.map, init_training)
         iterate = jax.vmap(iterate, in_axes=(0, 0, None))
-        envs = P(None, AXIS)
     # Totals and losses are replicated after the psum; per-env sums stay sharded.
     stats_spec = IterationStats(totals=P(), losses=P(), per_env=envs)
     iterate = jax.shard_map(
@@ -289,14 +288,15 @@ def restock_env_state(space: TrainSpace, env_state: EnvState) -> EnvState:
     thinned is returned as it is."""
     stock = env_state.env.info.get(POOL)
     depth = space.config.unroll_length
-    if not isinstance(stock, ResetStock) or stock.depth(jnp.shape(stock.base)) == depth:
+    held = stock.depth(jnp.shape(stock.base)) if isinstance(stock, ResetStock) else depth
+    if held == depth:
         return env_state
-    if (held := stock.depth(jnp.shape(stock.base))) != 1:
+    if held != 1:
         raise ValueError(
             f"restock_env_state: the stock holds {held} fresh states per env: neither "
             f"thinned (1) nor this train space's unroll_length ({depth})"
         )
-    return _restock(depth, _env_sharding(space))(env_state)
+    return _restock(depth, NamedSharding(space.mesh, _env_spec(space.num_seeds)))(env_state)
 
 
 @functools.cache
@@ -317,9 +317,10 @@ def _with_stock(env_state: EnvState, stock: ResetStock) -> EnvState:
     return env_state.replace(env=env.replace(info={**env.info, POOL: stock}))
 
 
-def _env_sharding(space: TrainSpace) -> NamedSharding:
-    """How the space places env states: the env axis split over its devices."""
-    return NamedSharding(space.mesh, P(AXIS) if space.num_seeds is None else P(None, AXIS))
+def _env_spec(num_seeds: int | None) -> P:
+    """How env states are placed: the env axis split over the devices (after the seed
+    axis, which leads where there is one)."""
+    return P(AXIS) if num_seeds is None else P(None, AXIS)
 
 
 def precompile(space: TrainSpace, context: Any = None, *, skip_cpu: bool = False) -> float:
