@@ -14,7 +14,7 @@ first reset is a program of its own, run before each timed call and not timed
 * contextual: `make_contextual` with the same quantities, drawn afresh at every
   episode inside jit, with exact resets (`--strategy`, default auto); friction
   only where some geom collides (not on inverted_pendulum, where no contact
-  reads it). Where the strategy is the stock ("auto" on a GPU, Brax's backends),
+  reads it). Where the strategy is the stock ("auto" on a GPU),
   it is stepped as PPO steps it (contextual_stock below).
 * contextual_<strategy>: the same with one reset strategy forced
   (dense, loop, compact, pool). For pool, refills/step is the fraction of

@@ -247,6 +247,18 @@ def _environment() -> dict[str, dict[str, Any]]:
     }
 
 
+def _ran_strategy(record: dict[str, Any]) -> dict[str, Any]:
+    """`record`'s config with the reset strategy its run ran: until 2026-11-27 (GPU,
+    third session) an MJX env's "auto" stayed unresolved in the record, and ran the
+    loop where JAX's default backend was a CPU and dense elsewhere (the strategy a
+    resume must now pass: "auto" is the stock off a CPU)."""
+    config = record["config"]
+    backend = record.get("platform", {}).get("backend")
+    if config.get(STRATEGY) != "auto" or backend is None:
+        return config
+    return {**config, STRATEGY: "loop" if backend == "cpu" else "dense"}
+
+
 def check_identity(
     logdir: pathlib.Path,
     config: dict[str, Any],
@@ -314,7 +326,7 @@ def check_identity(
                 file=sys.stderr,
             )
         config_now = {k: v for k, v in config.items() if k not in unrecorded}
-        diff = _differences(old["config"], json.loads(json.dumps(config_now)))
+        diff = _differences(_ran_strategy(old), json.loads(json.dumps(config_now)))
         for section in ENVIRONMENT:  # other code, libraries or devices: forceable
             if section in old:
                 changed = _differences(old[section], now[section])

@@ -236,16 +236,21 @@ def _stocked_rollout(space, narrow, backend, n, steps, depth):
     return state.replace(info=info), traj
 
 
-def _rollout(reset, step, action_size, n, steps):
+def _rollout(reset, step, action_size, n, steps, refill=None, depth=1):
+    """`steps` random steps; with `refill`, a stocked state's refill every `depth` steps."""
+
     def run(key):
         state = reset(key)
 
-        def body(state, k):
+        def body(state, xs):
+            t, k = xs
+            if refill is not None:
+                state = jax.lax.cond(t % depth == 0, refill, lambda s: s, state)
             a = jax.random.uniform(k, (n, action_size), minval=-1, maxval=1)
             state = step(state, a)
             return state, (state.obs, state.reward, state.done, state.pipeline_state.qpos)
 
-        return jax.lax.scan(body, state, jax.random.split(key, steps))[1]
+        return jax.lax.scan(body, state, (jnp.arange(steps), jax.random.split(key, steps)))[1]
 
     return jax.jit(run).lower(jax.random.key(5)).compile()
 
@@ -257,22 +262,31 @@ def test_strategies_give_identical_states_on_mjx():
     does: a barrier over the whole state, or a while loop, which JAX's dead-code
     elimination does not enter, kept all of it alive through every physics substep
     (here 17,016 numbers carried by one loop, against plain Brax's 7,767; ant's step
-    took 10% longer)."""
+    took 10% longer). The stock ("auto" on a GPU), stocked and refilled as PPO's
+    rollout does, gives the same states too; its loop carries the stock."""
     space = C.ContextSpace({"gravity": C.Scale(0.5, 1.5), "mass": C.Scale(0.7, 1.3)})
-    n, steps, out, carried = 8, 40, {}, {}
-    for strategy in ("loop", "dense"):
+    n, steps, depth, out, carried = 8, 40, 4, {}, {}
+    for strategy in ("loop", "dense", "stock"):
         env = make_contextual("hopper", space, backend="mjx", reset_strategy=strategy)
+        stocked = strategy == "stock"
         run = _rollout(
-            lambda k, env=env: jax.vmap(env.reset)(jax.random.split(k, n)),
+            lambda k, env=env, stocked=stocked: jax.vmap(
+                lambda s: env.stock(s, depth) if stocked else s
+            )(jax.vmap(env.reset)(jax.random.split(k, n))),
             jax.vmap(env.step),
             env.action_size,
             n,
             steps,
+            refill=jax.vmap(env.refill) if stocked else None,
+            depth=depth,
         )
-        out[strategy], carried[strategy] = run(jax.random.key(5)), loop_carries(run.as_text())[0]
+        out[strategy] = run(jax.random.key(5))
+        if not stocked:
+            carried[strategy] = loop_carries(run.as_text())[0]
     assert float(out["loop"][2].sum()) > 0  # episodes ended and restarted
-    for a, b in zip(out["dense"], out["loop"], strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for strategy in ("dense", "stock"):
+        for a, b in zip(out[strategy], out["loop"], strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=strategy)
     plain = brax_training.wrap(brax_envs.get_environment("hopper", backend="mjx"))
     raw_keys = lambda k: jax.random.split(jax.random.key_data(k), n)  # noqa: E731
     run = _rollout(lambda k: plain.reset(raw_keys(k)), plain.step, plain.action_size, n, steps)
@@ -281,45 +295,43 @@ def test_strategies_give_identical_states_on_mjx():
     assert max(carried.values()) <= 1.5 * most, (carried, most)
 
 
-def test_auto_is_the_loop_on_a_cpu_the_stock_on_brax_backends_elsewhere_and_mjx_fences_on_a_cpu():
-    """auto: where JAX's default backend is a CPU, the loop; elsewhere the stock on
-    Brax's own backends (the state carries its pool, which PPO stocks) and stateless
-    on MJX. Where the
-    default backend is a GPU, MJX's step is exactly the dense one with no
-    fence and no platform switch: on an H200 a step holding `lax.platform_dependent`
-    (of the fence, or of auto's loop and dense) ran ant at 0.76x of plain Brax, the
-    same step without it at 1.00x (benchmarks/results/README.md). Lowering for CUDA
-    needs no GPU; the default backend is patched to say "gpu"."""
+def test_auto_is_the_loop_on_a_cpu_the_stock_elsewhere_and_mjx_fences_on_a_cpu():
+    """auto: where JAX's default backend is a CPU, the loop; elsewhere the stock, on
+    Brax's backends and on MJX (the state carries its pool, which PPO stocks). Decided
+    when the env is built, so no step holds a platform switch: on an H200 a step
+    holding `lax.platform_dependent` (of the fence, or of the loop and dense) ran
+    MJX's ant at 0.76x of plain Brax, the same step without it at 1.00x
+    (benchmarks/results/README.md). MJX's fence is in its CPU program only. Lowering
+    for CUDA needs no GPU; the default backend is patched to say "gpu"."""
     space = C.ContextSpace({"gravity": C.Scale(0.5, 1.5)})
-    assert make_contextual("inverted_pendulum", space).reset_strategy == "loop"
-    with mock.patch.object(jax, "default_backend", return_value="gpu"):
-        brax_env = make_contextual("inverted_pendulum", space)
-    mjx_env = make_contextual("inverted_pendulum", space, backend="mjx")
-    assert (brax_env.reset_strategy, mjx_env.reset_strategy) == ("stock", "auto")
+    built = {}
+    for backend in ("generalized", "mjx"):
+        cpu = make_contextual("inverted_pendulum", space, backend=backend)
+        with mock.patch.object(jax, "default_backend", return_value="gpu"):
+            gpu = make_contextual("inverted_pendulum", space, backend=backend)
+        assert (cpu.reset_strategy, gpu.reset_strategy) == ("loop", "stock"), backend
+        built[backend] = cpu, gpu
     keys = jax.random.split(jax.random.key(0), 4)
-    assert "reset_pool" in jax.eval_shape(jax.vmap(brax_env.reset), keys).info
-    state = jax.eval_shape(jax.vmap(mjx_env.reset), keys)
-    assert "reset_pool" not in state.info
-    action = jax.ShapeDtypeStruct((4, mjx_env.action_size), jnp.float32)
+    mjx_cpu, mjx_gpu = built["mjx"]
+    assert "reset_pool" not in jax.eval_shape(jax.vmap(mjx_cpu.reset), keys).info
+    batch = jax.eval_shape(jax.vmap(mjx_gpu.reset), keys)
+    stocked = jax.eval_shape(jax.vmap(lambda s: mjx_gpu.stock(s, 4)), batch)
+    action = jax.ShapeDtypeStruct((4, mjx_gpu.action_size), jnp.float32)
 
-    def program(env, platform, backend):
-        batch = jax.eval_shape(jax.vmap(env.reset), keys)
+    def program(env, batch, platform, backend):
         with mock.patch.object(jax, "default_backend", return_value=backend):
             step = jax.jit(jax.vmap(env.step)).trace(batch, action)
         return step.lower(lowering_platforms=(platform,)).as_text(debug_info=False)
 
-    dense = make_contextual("inverted_pendulum", space, backend="mjx", reset_strategy="dense")
-    loop = make_contextual("inverted_pendulum", space, backend="mjx", reset_strategy="loop")
-    on_gpu = program(mjx_env, "cuda", "gpu")
-    assert "optimization_barrier" not in on_gpu and "stablehlo.case" not in on_gpu
-    assert on_gpu == program(dense, "cuda", "gpu")
-    on_cpu = program(mjx_env, "cpu", "cpu")
+    on_cpu = program(mjx_cpu, jax.eval_shape(jax.vmap(mjx_cpu.reset), keys), "cpu", "cpu")
     # one conditional: the loop's trip over a chunk of done envs, skipped past the last
     assert "optimization_barrier" in on_cpu and on_cpu.count("stablehlo.case") == 1
-    assert on_cpu == program(loop, "cpu", "cpu")
-    # The pool's refill on a GPU is dense, with no platform switch either
-    pool_gpu = program(brax_env, "cuda", "gpu")
-    assert "stablehlo.case" not in pool_gpu and "optimization_barrier" not in pool_gpu
+    # On a GPU: no fence, and no conditional, in a stocked step (it holds no reset)
+    # or in the pool's (its refill is dense there)
+    for env, state in ((mjx_gpu, stocked), (mjx_gpu, batch), (built["generalized"][1], None)):
+        state = state or jax.eval_shape(jax.vmap(env.reset), keys)
+        text = program(env, state, "cuda", "gpu")
+        assert "optimization_barrier" not in text and "stablehlo.case" not in text
 
 
 def _raw(x):

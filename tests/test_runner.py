@@ -386,8 +386,9 @@ def test_a_rerun_with_another_curriculum_cannot_be_forced(exp, compiled, tmp_pat
 def test_a_run_made_with_another_reset_strategy_says_which_to_resume_with(exp, tmp_path):
     """The strategy decides what the env state holds (the pool's entries), so a resume
     with another one is refused even when forced. "auto" resolves by the kind of
-    device (on Brax's backends the loop on a CPU, the stock on a GPU; until 2026-11-27
-    the pool on both, then the pool on a GPU): the refusal names the strategy to pass."""
+    device (the loop on a CPU, the stock on a GPU; until 2026-11-27 the pool on both,
+    then the pool on Brax's backends on a GPU and, on MJX, "auto" left unresolved):
+    the refusal names the strategy to pass."""
     pooled = make_contextual("inverted_pendulum", TARGET, episode_length=50, reset_strategy="pool")
     then = rundir.describe_run(replace(exp, env=pooled), None, 1, 0, STEPS, 3)
     auto = make_contextual("inverted_pendulum", TARGET, episode_length=50)
@@ -401,6 +402,18 @@ def test_a_run_made_with_another_reset_strategy_says_which_to_resume_with(exp, t
     with pytest.raises(SystemExit, match=refusal):
         rundir.check_identity(tmp_path, now, "force")
     assert rundir.check_identity(tmp_path, then, "auto")["config"] == then
+    # An MJX run of an older metarl recorded "auto" unresolved: it ran the loop on a
+    # CPU (a resume there goes on) and dense elsewhere (the refusal names dense)
+    path = tmp_path / rundir.RUN_FILE
+    record = json.loads(path.read_text())
+    record["config"]["experiment.env.reset_strategy"] = "auto"
+    path.write_text(json.dumps(record))
+    assert rundir.check_identity(tmp_path, now, "auto", write=False)["config"] == now
+    record["platform"]["backend"] = "gpu"
+    path.write_text(json.dumps(record))
+    refusal = r"(?s)run has 'dense', now 'loop'.*make_contextual\(\.\.\., reset_strategy='dense'\)"
+    with pytest.raises(SystemExit, match=refusal):
+        rundir.check_identity(tmp_path, now, "force")
 
 
 def test_rerunning_a_finished_run_logs_nothing_new(exp, compiled, tmp_path):

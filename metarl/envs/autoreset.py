@@ -28,8 +28,7 @@ function carries a `jax.custom_batching` rule):
   (outside the loop).
 * ``"auto"`` (default): ``"loop"`` where JAX's default backend is the CPU,
   ``"dense"`` elsewhere, chosen when the function is traced (`on_cpu`).
-  (`ContextualEnv`'s own ``"auto"`` is this one on MJX; on Brax's backends,
-  the loop on CPU and the stock elsewhere.)
+  (`ContextualEnv`'s own ``"auto"`` is the loop on CPU and the stock elsewhere.)
 * ``"pool"``: `pooled_where_done`. Every env keeps its *next* fresh state,
   computed ahead; a done env swaps it in, and the pool is refilled in bulk
   (loop on CPU, dense elsewhere) only at steps where some done env's entry was

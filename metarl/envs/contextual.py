@@ -138,16 +138,17 @@ class ContextualEnv(Env):
         self.visible_context = visible_context
         # "auto": on a CPU the loop, for every backend (2 CPU cores, 1024 envs, loop /
         # pool: ant 1.00x / 0.97x of plain Brax, inverted_pendulum 0.96x / 0.95x,
-        # hopper 0.98x / 0.98x; benchmarks/results/README.md). Elsewhere the stock on
-        # Brax's own backends, whose reset costs most of a step (an H200 at 8192
-        # envs, stock / pool: hopper 0.98x / 0.85x of plain Brax, ant 0.99x / 0.96x,
-        # inverted_pendulum 0.98x / 0.96x; PPO's iteration, hopper at 2048 envs, in
-        # two runs of paired rounds: 0.84x and 0.98x of the pool's time); outside a
-        # stocked rollout the stock is the pool. Dense on MJX (ant: dense 1.00x, pool
-        # 0.96x), where "auto" stays, read when the step is traced (`on_cpu`). The
-        # stock is decided here, from JAX's default backend: it lives in the state.
-        # The strategy in use is `reset_strategy`, recorded with a run (a resume keeps it).
-        if check_strategy(reset_strategy) == "auto" and self.backend != "mjx":
+        # hopper 0.98x / 0.98x; benchmarks/results/README.md). Elsewhere the stock, on
+        # every backend: on Brax's own, whose reset costs most of a step (an H200 at
+        # 8192 envs, stock / pool: hopper 0.98x / 0.85x of plain Brax, ant 0.99x /
+        # 0.96x, inverted_pendulum 0.98x / 0.96x; PPO's iteration, hopper at 2048
+        # envs, in two runs of paired rounds: 0.84x and 0.98x of the pool's time), and
+        # on MJX, where dense draws a context and derives its constants for every env
+        # at every step (ant, H200, 8192 envs: stock 0.967x of plain, dense 0.940x).
+        # Outside a stocked rollout the stock is the pool. Decided here, from JAX's
+        # default backend: the stock lives in the state. The strategy in use is
+        # `reset_strategy`, recorded with a run (a resume keeps it).
+        if check_strategy(reset_strategy) == "auto":
             reset_strategy = "loop" if on_cpu() else "stock"
         self.reset_strategy = reset_strategy
         self.reset_chunk = reset_chunk
@@ -567,15 +568,15 @@ def make_contextual(
         ``{"state": obs, "privileged": context}`` for an asymmetric critic).
       reset_chunk: under vmap, fraction of the batch reset per loop trip (at least 2 envs).
       reset_strategy: how done envs get their fresh reset under vmap, one of
-        ``metarl.envs.RESET_STRATEGIES``: "dense" (a reset for every env, kept where done; best
-        on GPU), "loop" (resets only for done envs, in chunks; best on CPU),
+        ``metarl.envs.RESET_STRATEGIES``: "dense" (a reset for every env, kept where
+        done), "loop" (resets only for done envs, in chunks; best on CPU),
         "compact", "pool" (each env's next reset computed ahead, refilled in
         bulk only at steps where a done env needs it; the state carries the
         pool), "stock" (the pool, which PPO's rollout deepens into `unroll_length`
         fresh states per env, refilled in bulk before its steps, which then hold no
         reset: `ContextualEnv.stock`; outside such a rollout it is the pool) or
-        "auto" (where JAX's default backend is a CPU, the loop; else the stock on
-        Brax's own backends and dense on MJX). All give identical
+        "auto" (where JAX's default backend is a CPU, the loop; else the stock).
+        All give identical
         states on a CPU (on a GPU, MJX's agree to float rounding). A run records
         the strategy in use (`reset_strategy`): to resume it on another kind of
         device, pass that strategy instead of "auto".

@@ -266,7 +266,7 @@ def init_env_state(space: TrainSpace, key: jax.Array, context: Any = None) -> En
 
 def thin_env_state(env_state: EnvState) -> EnvState:
     """`env_state` as a checkpoint needs it: with reset_strategy "stock" ("auto" on a
-    GPU, Brax's backends), each env's stock keeps 1 of its `unroll_length` fresh
+    GPU), each env's stock keeps 1 of its `unroll_length` fresh
     states, whose values a resumed run computes again (`restock_env_state`); any
     other state is returned as it is. The stock is most of the env state (hopper,
     2048 envs x 16: 62 MB of a 66 MB state). Save it, restore it with `like` thinned
