@@ -12,11 +12,10 @@
 #   bash benchmarks/gpu_run.sh profile      # where PPO's time goes (trace), two-device test
 #   bash benchmarks/gpu_run.sh repro        # same seed in fresh processes: same numbers? (~8 min)
 #   bash benchmarks/gpu_run.sh resume       # a resumed run logs bit for bit what one run logs
-#   bash benchmarks/gpu_run.sh essential    # a 15-min device budget's one call (~10 min): PPO
-#                                           # against Brax PPO over seeds 4 and 5 (auto, the
-#                                           # stock, and the pool), ant (mjx) at 8192 envs with
-#                                           # dense and the stock, Brax PPO's time to its first
-#                                           # update in a fresh process beside metarl's
+#   bash benchmarks/gpu_run.sh essential    # a 15-min device budget's one call (~9.5 min): the
+#                                           # runner's resume, ant (mjx) at 8192 envs with auto
+#                                           # (the stock) and dense, PPO against Brax PPO over
+#                                           # seeds 7 and 8 (auto, the stock, and the pool)
 #   bash benchmarks/gpu_run.sh stock        # the envs at 8192: plain, Brax DR, auto, the stock
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
 #                                           # pool, its cond guard, derived constants; ant mjx
@@ -54,27 +53,24 @@ run() {  # run LIMIT_S NAME COMMAND...: COMMAND's output to the screen and $out/
 
 case $stage in
 essential)
-  # Issue 8's open GPU figures in one call (about 10 min on the slow H200 of 2026-11-27).
-  # That machine's second session measured PPO's loop in paired rounds (the stock took
-  # 0.84x and 0.98x of the pool's time), so "auto" on Brax's backends is the stock now.
-  # Here: PPO against Brax PPO over new seeds (4 and 5: seeds 0-3 favour Brax PPO on
-  # the CPU too), with auto (the stock) and the pool side by side; ant (mjx) at 8192 envs
-  # with dense (auto, 0.94x of plain there) and the stock (is it MJX's default too?);
-  # then Brax PPO's time to its first update in a fresh process, beside metarl's
+  # Issue 8's open GPU figures in one call (about 9.5 min on the slow H200 of 2026-11-27).
+  # Since that machine's third session "auto" is the stock on MJX too (ant, 8192 envs:
+  # 0.967x of plain MJX, dense 0.940x, in one run of 96 steps x 4 rounds). Here: the
+  # runner's resume on a GPU (the thinned stock, restocked: bit for bit?); ant (mjx)
+  # again, in longer rounds, auto (the stock) against dense; then PPO against Brax PPO
+  # over seeds 7 and 8 (seeds 0-6 so far: no return difference, -60 [-314, 194]), with
+  # auto (the stock) and the pool side by side; whatever the call's time leaves of it
   if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 16 --rounds 2)
-    first=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --rounds 1)
     settings=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --num-timesteps 20000)
-  else m=(--envs ant --num-envs 8192 --steps 96 --rounds 4)
-    first=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16 --rounds 1)
+  else m=(--envs ant --num-envs 8192 --steps 192 --rounds 4)
     settings=(--env hopper --num-envs 2048 --unroll-length 16 --num-minibatches 16
       --num-timesteps 2000000)
   fi
-  run 250 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --no-gru --seeds 4 5 \
-    --strategy pool --compile-cache --out "$out/ppo_seeds_4_5.json"
-  run 170 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
-    --variants plain contextual contextual_stock --out "$out/env_8192_mjx"
-  run 150 first_update python3 benchmarks/first_update.py "${first[@]}" \
-    --variants brax precompile --out "$out/first_update.json"
+  run 150 resume python3 -m pytest -q tests/test_runner.py -k resumed_run_logs_exactly
+  run 190 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+    --variants plain contextual contextual_dense --out "$out/env_8192_mjx"
+  run 250 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --no-gru --seeds 7 8 \
+    --strategy pool --compile-cache --out "$out/ppo_seeds_7_8.json"
   ;;
 stock)
   # The call of 2026-11-27 (H200): the four envs at 8192 envs, plain, Brax DR, auto and
