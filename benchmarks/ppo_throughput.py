@@ -52,7 +52,8 @@ results of earlier `--out` files, refusing any file run with other settings,
 another JAX or device, another platform (`metarl.provenance.platform()`: device
 count, XLA_FLAGS, JAX's numerical settings, the host CPU; a file from before
 it was recorded merges with a note), or a seed already present; `--seeds` with no value
-trains nothing and summarises the files. A file run on other software (metarl's
+trains nothing and summarises the files, compared with the first of them instead of
+this machine (GPU results summarise on a laptop). A file run on other software (metarl's
 source hash or a library version, `metarl.provenance`) is refused too, unless
 `--other-software` is given, which merges it and prints what differs.
 """
@@ -279,15 +280,25 @@ def _environment() -> dict:
     return environment
 
 
-def _record(cfg: Config, environment: dict, runs: dict, summary: dict, merged: list) -> dict:
+def _record(
+    cfg: Config,
+    environment: dict,
+    runs: dict,
+    summary: dict,
+    merged: list,
+    reference: dict | None = None,
+) -> dict:
     """What --out writes, and --merge reads back. `platform` and `software` are this
-    process's, for the seeds it trained; `merged` holds the provenance of the seeds
-    it took from --merge files (each checked again when this file is merged)."""
+    process's, for the seeds it trained (a summary's: its first file's, `reference`);
+    `merged` holds the provenance of the seeds it took from --merge files (each checked
+    again when this file is merged)."""
+    reference = reference or {}
     return {
         "config": dataclasses.asdict(cfg),
         **environment,
-        "platform": provenance.platform(),  # XLA_FLAGS, ...: compared on --merge
-        "software": provenance.software(),
+        # XLA_FLAGS, ...: compared on --merge
+        "platform": reference.get("platform", provenance.platform()),
+        "software": reference.get("software", provenance.software()),
         "runs": runs,
         "merged": merged,
         "summary": summary,
@@ -303,12 +314,26 @@ def _differences(theirs: dict, mine: dict) -> str:
     )
 
 
-def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> list[dict]:
+def _summarised(path: str) -> tuple[dict, dict]:
+    """`--seeds` with no value summarises --merge files, wherever it runs (GPU results
+    on a laptop): the first file's JAX, device and host CPU (`_environment`), platform
+    and software are what the files are compared with, instead of this process's."""
+    first = json.loads(Path(path).read_text())
+    keys = ("jax", "device", *provenance.host_cpu())
+    environment = {k: first[k] for k in keys if k in first}
+    return environment, {k: first.get(k) for k in ("platform", "software")}
+
+
+def _merge(
+    runs: dict, path: str, cfg: Config, environment: dict, reference: dict | None = None
+) -> list[dict]:
     """Adds the per-seed results of an earlier run's --out file to `runs`, after
     checking that it ran these settings (seeds aside) on this JAX and device (and host CPU)
     and platform (`provenance.platform()`, where the file records it), and that no seed is
-    in both. Returns the provenance of the seeds it added: the file's own (path,
-    platform, software, seeds per trainer) and those it had merged itself."""
+    in both. `environment` and `reference` (platform and software) are this process's
+    unless given (`_summarised`). Returns the provenance of the seeds it added: the
+    file's own (path, platform, software, seeds per trainer) and those it had merged
+    itself."""
     record = json.loads(Path(path).read_text())
     ignore = ("seeds", "out", "merge", "compile_cache", "other_software")
     mine = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ignore}
@@ -320,7 +345,7 @@ def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> list[dict]:
     # the file's own seeds, and those it had merged itself, each under its own record
     sources = [{"path": path, **{k: record.get(k) for k in ("platform", "software")}}]
     for source in sources + record.get("merged", []):
-        _check_provenance(source, cfg)
+        _check_provenance(source, cfg, reference)
     if any("evaluator_build_s" not in r for r in record["runs"].get("brax_ppo", {}).values()):
         print(
             f"--merge {path}: its Brax PPO compile_s still counts the evaluator's build and "
@@ -339,10 +364,13 @@ def _merge(runs: dict, path: str, cfg: Config, environment: dict) -> list[dict]:
     return [{**sources[0], "seeds": own}, *record.get("merged", [])]
 
 
-def _check_provenance(source: dict, cfg: Config) -> None:
-    """Refuses seeds run on another platform, or other software without --other-software."""
+def _check_provenance(source: dict, cfg: Config, reference: dict | None = None) -> None:
+    """Refuses seeds run on another platform, or other software without --other-software,
+    than this process's (or `reference`'s)."""
     path = source["path"]
-    theirs, mine = source.get("platform"), provenance.platform()
+    if reference is None:
+        reference = {"platform": provenance.platform(), "software": provenance.software()}
+    theirs, mine = source.get("platform"), reference["platform"]
     if not isinstance(theirs, dict):  # older files: the backend's name, or nothing
         print(
             f"--merge {path}: the file records no platform (older benchmark): its XLA_FLAGS, "
@@ -350,7 +378,7 @@ def _check_provenance(source: dict, cfg: Config) -> None:
         )
     elif theirs != mine:
         raise ValueError(f"--merge {path} ran on another platform: {_differences(theirs, mine)}")
-    theirs, mine = source.get("software"), provenance.software()
+    theirs, mine = source.get("software"), reference["software"]
     if theirs is None:
         print(f"--merge {path}: the file records no software (older benchmark); not compared")
     elif theirs != mine:
@@ -382,11 +410,14 @@ def main(cfg: Config) -> None:
         trainers["metarl_gru"] = metarl_ppo(cfg, "gru")
     if cfg.strategy is not None:
         trainers[f"metarl_mlp_{cfg.strategy}"] = metarl_ppo(cfg, "mlp", cfg.strategy)
-    environment = _environment()
+    environment, reference = _environment(), None
+    if not cfg.seeds and cfg.merge:
+        environment, reference = _summarised(cfg.merge[0])
+        print(f"summarising --merge files as run on {environment}")
     runs = {name: {} for name in trainers}
     merged = []
     for path in cfg.merge:  # checked before any training: a file that cannot merge costs nothing
-        merged += _merge(runs, path, cfg, environment)
+        merged += _merge(runs, path, cfg, environment, reference)
     for name in trainers:
         both = sorted({str(s) for s in cfg.seeds} & runs[name].keys(), key=int)
         if both:
@@ -436,7 +467,7 @@ def main(cfg: Config) -> None:
         ratio = med("metarl_gru", "steps_per_sec") / med("metarl_mlp", "steps_per_sec")
         print(f"gru / mlp throughput: {ratio:.2f}")
     if cfg.out:
-        record = _record(cfg, environment, runs, summary, merged)
+        record = _record(cfg, environment, runs, summary, merged, reference)
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         Path(cfg.out).write_text(json.dumps(record, indent=1))
         print(f"wrote {cfg.out}")

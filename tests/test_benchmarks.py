@@ -136,6 +136,32 @@ def test_ppo_merge_keeps_the_provenance_of_merged_seeds(tmp_path):
     assert [m["seeds"] for m in again] == [{"brax_ppo": ["1"]}, {"brax_ppo": ["0"]}]
 
 
+def test_ppo_summary_compares_the_files_with_the_first_not_this_machine(tmp_path):
+    """`--seeds` with no value summarises GPU result files on a CPU: the files are
+    compared with the first one (JAX, device, platform, software), and the summary
+    records the first's; a file from another device is still refused."""
+    bench = _load("ppo_throughput")
+    cfg = bench.Config(seeds=(), gru=False)
+    gpu = {"backend": "gpu", "device_kind": "NVIDIA H200", "devices": 1, "XLA_FLAGS": ""}
+    paths = []
+    for seed, device in ((0, "NVIDIA H200"), (1, "NVIDIA H200"), (2, "NVIDIA H100")):
+        result = {"steps_per_sec": 10.0 + seed, "compile_s": 1.0, "return": 100.0 * seed}
+        runs = {"brax_ppo": {str(seed): dict(result, evaluator_build_s=0.1)}}
+        runs["metarl_mlp"] = {str(seed): result}
+        trained = dataclasses.replace(cfg, seeds=(seed,))
+        record = bench._record(trained, {"jax": "0.11.2", "device": device}, runs, {}, [])
+        record["platform"] = dict(gpu, device_kind=device)
+        paths.append(tmp_path / f"seed_{seed}.json")
+        paths[-1].write_text(json.dumps(record))
+    out = tmp_path / "summary.json"
+    bench.main(dataclasses.replace(cfg, merge=tuple(map(str, paths[:2])), out=str(out)))
+    summary = json.loads(out.read_text())
+    assert summary["device"] == "NVIDIA H200" and summary["platform"] == gpu
+    assert sorted(summary["runs"]["metarl_mlp"]) == ["0", "1"]
+    with pytest.raises(ValueError, match="device='NVIDIA H100' \\(here 'NVIDIA H200'\\)"):
+        bench.main(dataclasses.replace(cfg, merge=tuple(map(str, paths))))
+
+
 def test_the_brax_timer_wraps_for_the_call_only():
     """`_timed` adds each call's wall time under its label, waits for an __init__'s
     arrays, and puts the original back, also when the call raises; brax_ppo wraps the
