@@ -162,6 +162,18 @@ def test_ppo_summary_compares_the_files_with_the_first_not_this_machine(tmp_path
         bench.main(dataclasses.replace(cfg, merge=tuple(map(str, paths))))
 
 
+def test_stock_refill_times_steps_and_refill_and_keeps_the_stock_full(tmp_path):
+    """stock_refill.py alternates a block of `depth` steps and the refill of what they
+    used, on one donated state: with no refill, a done env would find its stock empty
+    (the script refuses such a run)."""
+    bench = _load("stock_refill")
+    cfg = bench.Config(env="inverted_pendulum", num_envs=8, depth=4, rounds=2)
+    result = bench.main(dataclasses.replace(cfg, out=str(tmp_path / "refill.json")))
+    assert result["dones_per_block"] > 0  # the pendulum falls: entries were used
+    assert result["steps_ms"] > 0 and result["refill_ms"] > 0
+    assert json.loads((tmp_path / "refill.json").read_text())["config"]["depth"] == 4
+
+
 def test_the_brax_timer_wraps_for_the_call_only():
     """`_timed` adds each call's wall time under its label, waits for an __init__'s
     arrays, and puts the original back, also when the call raises; brax_ppo wraps the

@@ -86,7 +86,9 @@ class ResetStock:
     refilled by `ContextualEnv.refill` at least every ``depth`` steps. A step takes
     its entry and never resets: the reset is not in the step's program at all."""
 
-    entries: Any  # leaves [depth, ...]: entry j is reset number base + j
+    # leaves [depth, ...], a ring: the entry of reset number r (base <= r < base + depth)
+    # is entry r mod depth, so that a refill moves none of them
+    entries: Any
     base: jax.Array  # int32[]: TrialInfo.resets at the last refill
     overrun: jax.Array  # bool[], sticky: a done env found no entry left (refilled too late)
 
@@ -294,7 +296,7 @@ class ContextualEnv(Env):
             stock: ResetStock = state.info[POOL]
             depth = stock.depth()
             used = trial.resets - stock.base
-            slot = jnp.minimum(used, depth - 1)
+            slot = jnp.mod(trial.resets, depth)  # this env's next reset's entry
             entry = jax.tree.map(
                 lambda e: jax.lax.dynamic_index_in_dim(e, slot, 0, False), stock.entries
             )
@@ -422,8 +424,13 @@ class ContextualEnv(Env):
             raise ValueError("refill needs a stocked state: see ContextualEnv.stock")
         trial: TrialInfo = state.info[TRIAL]
         drawn = (state.info[CONTEXT], state.info[DERIVED])
-        operands = jax.vmap(lambda j: self._operand(trial, drawn, j))(jnp.arange(stock.depth()))
-        entries = self._refill(operands, stock.entries, trial.resets - stock.base)
+        depth = stock.depth()
+        # entry k is to hold reset number resets + ahead[k] (a ring: `ResetStock`); it
+        # holds it already where that reset was in the stock before, below base + depth
+        ahead = jnp.mod(jnp.arange(depth) - trial.resets, depth)
+        operands = jax.vmap(lambda j: self._operand(trial, drawn, j))(ahead)
+        stale = ahead >= depth - (trial.resets - stock.base)
+        entries = self._refill(operands, stock.entries, stale)
         return state.replace(
             info={**state.info, POOL: stock.replace(entries=entries, base=trial.resets)}
         )
