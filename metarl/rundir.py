@@ -252,8 +252,8 @@ def _ran_strategy(record: dict[str, Any]) -> dict[str, Any]:
     third session) an MJX env's "auto" stayed unresolved in the record, and ran the
     loop where JAX's default backend was a CPU and dense elsewhere (the strategy a
     resume must now pass: "auto" is the stock off a CPU)."""
-    config = record["config"]
-    backend = record.get("platform", {}).get("backend")
+    config, platform = record["config"], record.get("platform")
+    backend = platform.get("backend") if isinstance(platform, dict) else None
     if config.get(STRATEGY) != "auto" or backend is None:
         return config
     return {**config, STRATEGY: "loop" if backend == "cpu" else "dense"}
