@@ -123,7 +123,8 @@ env)
     long=(--num-envs 64 --steps 20 --rounds 3)
   else sizes=(--num-envs 8192 --steps 100 --rounds 5); envs=(ant inverted_pendulum)
     long=(--num-envs 8192 --steps 300 --rounds 7); fi
-  # "contextual" is reset_strategy="auto": the pool on Brax's backends, dense on MJX (GPU)
+  # "contextual" is reset_strategy="auto": the stock on a GPU (until 2026-11-27 the pool on
+  # Brax's backends, dense on MJX)
   variants=(plain brax_dr contextual contextual_dense)
   # hopper's rounds of 100 steps lasted 0.46 s on the H100 (ratios spread 0.77-1.06):
   # longer rounds, and more of them
