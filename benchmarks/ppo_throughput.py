@@ -292,13 +292,12 @@ def _record(
     process's, for the seeds it trained (a summary's: its first file's, `reference`);
     `merged` holds the provenance of the seeds it took from --merge files (each checked
     again when this file is merged)."""
-    reference = reference or {}
+    reference = reference or _here()
     return {
         "config": dataclasses.asdict(cfg),
         **environment,
-        # XLA_FLAGS, ...: compared on --merge
-        "platform": reference.get("platform", provenance.platform()),
-        "software": reference.get("software", provenance.software()),
+        "platform": reference["platform"],  # XLA_FLAGS, ...: compared on --merge
+        "software": reference["software"],
         "runs": runs,
         "merged": merged,
         "summary": summary,
@@ -312,6 +311,11 @@ def _differences(theirs: dict, mine: dict) -> str:
         for k in sorted(theirs.keys() | mine.keys())
         if theirs.get(k) != mine.get(k)
     )
+
+
+def _here() -> dict:
+    """This process's platform and software, which --merge files are compared with."""
+    return {"platform": provenance.platform(), "software": provenance.software()}
 
 
 def _summarised(path: str) -> tuple[dict, dict]:
@@ -368,8 +372,7 @@ def _check_provenance(source: dict, cfg: Config, reference: dict | None = None) 
     """Refuses seeds run on another platform, or other software without --other-software,
     than this process's (or `reference`'s)."""
     path = source["path"]
-    if reference is None:
-        reference = {"platform": provenance.platform(), "software": provenance.software()}
+    reference = reference or _here()
     theirs, mine = source.get("platform"), reference["platform"]
     if not isinstance(theirs, dict):  # older files: the backend's name, or nothing
         print(

@@ -54,7 +54,8 @@ def main(cfg: Config) -> dict:
     def block(state, key):
         def body(state, k):
             a = jax.random.uniform(k, (n, env.action_size), minval=-1, maxval=1)
-            return jax.vmap(env.step)(state, a), state.done.sum()
+            state = jax.vmap(env.step)(state, a)
+            return state, state.done.sum()  # the envs this step ended: resets taken
 
         state, dones = jax.lax.scan(body, state, jax.random.split(key, depth))
         return state, dones.sum()
