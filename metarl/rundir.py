@@ -38,8 +38,9 @@ RUN_FILE = "run.json"
 CHECKPOINTS = "checkpoints"
 LOCK_FILE = ".lock"  # held by the process running in a logdir
 RESUME_MODES = ("auto", "never", "force")
-# Fields a rerun may change under resume="auto": more (or fewer) segments.
-EXTENDABLE = ("segments",)
+# Fields a rerun may change under resume="auto": more (or fewer) segments, and how
+# many fresh states a stock holds (speed and memory only: the states are the same).
+EXTENDABLE = ("segments", "ppo.stock_depth")
 # Fields not even resume="force" accepts: they would mix runs or fail to restore.
 # (`env.model`, the physics model's digest, can be forced: a library upgrade may change it)
 NEVER_FORCED = ("seed", "num_seeds", "ppo.", "experiment.")
@@ -272,7 +273,7 @@ def check_identity(
     nothing).
 
     resume="never": refuse any existing run. "auto": resume when the config is
-    the same but for `EXTENDABLE` fields (more segments). "force": also accept
+    the same but for `EXTENDABLE` fields (more segments, a stock's depth). "force": also accept
     other differences, except `NEVER_FORCED` fields (seeds, PPO, the env's
     settings and space, target, curriculum), which would mix runs; accepted
     differences are recorded. The model digest `env.model` can be forced (a

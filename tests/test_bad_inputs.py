@@ -100,6 +100,16 @@ ROWS = [
         for f in ("normalize_observations", "rl2_inputs", "reset_every_episode")
         for v in ("yes", 1)
     ],
+    *[
+        (
+            f"stock_depth={v}",
+            config(unroll_length=8, stock_depth=v),
+            ValueError,
+            "stock_depth must be None or a divisor of unroll_length (8): one of [1, 2, 4, 8]",
+        )
+        for v in (3, 0, 16)
+    ],
+    ("stock_depth=2.0", config(stock_depth=2.0), TypeError, "stock_depth must be an int or None"),
     ("seed=abc", config(seed="abc"), TypeError, "seed must be an int"),
     ("seed=1.5", config(seed=1.5), TypeError, "seed must be an int"),
     # jax.random.key keeps 32 bits: seed 2**32 would be seed 0's run, -1 seed 2**32 - 1's

@@ -19,6 +19,7 @@ from metarl import checkpoint
 from metarl import contexts as C
 from metarl import evaluation as E
 from metarl.agents import losses, ppo
+from metarl.agents.ppo import training
 from metarl.compilation import count_compilations
 from metarl.envs import POOL, TRIAL, make_contextual
 from metarl.envs.toy import Puck
@@ -215,7 +216,9 @@ def test_the_training_program_runs_the_envs_python_once(monkeypatch, strategy):
 def test_checkpoint_resume_is_bit_exact(tmp_path, strategy):
     """With the pool and the stock ("auto" on a GPU), the reset strategies whose state
     holds most (the pool: the next fresh state of every env, and whether it is ready;
-    the stock: unroll_length of them, the reset count at the last refill), restored too."""
+    the stock: unroll_length of them, the reset count at the last refill), restored too.
+    The stock's checkpoint also resumes into a shallower stock (`stock_depth` 2,
+    refilled 4 times a rollout) and continues as the run that was not interrupted."""
     env = make_contextual("inverted_pendulum", GRAVITY, episode_length=200, reset_strategy=strategy)
     config = ppo.PPOConfig(
         num_envs=32, unroll_length=8, num_minibatches=4, core="gru", hidden_size=16
@@ -234,7 +237,7 @@ def test_checkpoint_resume_is_bit_exact(tmp_path, strategy):
         with pytest.raises(ValueError, match=r"holds 1 fresh states.*restock_env_state"):
             ppo.run_train(space, ts, thin, 2000)  # forgot to restock: refused, not recompiled
         other = ppo.make_train_space(env, replace(config, unroll_length=4))
-        with pytest.raises(ValueError, match=r"holds 8 fresh states.*unroll_length \(4\)"):
+        with pytest.raises(ValueError, match=r"holds 8 fresh states.*stock_depth \(4\)"):
             ppo.restock_env_state(other, jax.tree.map(jnp.copy, es))
     else:
         assert thin is es
@@ -249,10 +252,38 @@ def test_checkpoint_resume_is_bit_exact(tmp_path, strategy):
         b_ts, b_es, _ = ppo.run_train(space, restored["training"], restocked, 2000)
     assert compiles.count == 0
     b_ts, b_es, _ = ppo.run_train(space, b_ts, b_es, 2000, context=GRAVITY.scaled(0.3))
-    for a, b in zip(
-        jax.tree.leaves(to_numpy((a_ts, a_es))), jax.tree.leaves(to_numpy((b_ts, b_es)))
-    ):
-        np.testing.assert_array_equal(a, b)
+    resumed = [((a_ts, a_es), (b_ts, b_es))]
+    if strategy == "stock":
+        shallow = ppo.make_train_space(env, replace(config, stock_depth=2))
+        assert (space.stock_depth, shallow.stock_depth) == (8, 2)
+        again = checkpoint.restore(tmp_path, like=like)  # run_train donated the first
+        c_es = ppo.restock_env_state(shallow, again["env"])
+        c_ts, c_es, _ = ppo.run_train(shallow, again["training"], c_es, 2000)
+        c_ts, c_es, _ = ppo.run_train(shallow, c_ts, c_es, 2000, context=GRAVITY.scaled(0.3))
+        assert c_es.env.info[POOL].depth((32,)) == 2
+        unstocked = lambda es: es.replace(  # noqa: E731
+            env=es.env.replace(info={k: v for k, v in es.env.info.items() if k != POOL})
+        )
+        resumed.append(((a_ts, unstocked(a_es)), (c_ts, unstocked(c_es))))
+    for a, b in resumed:
+        for x, y in zip(jax.tree.leaves(to_numpy(a)), jax.tree.leaves(to_numpy(b)), strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_the_stock_fits_the_devices_memory():
+    """`PPOConfig.stock_depth=None`: unroll_length fresh states per env where the stock
+    fits a quarter of the device's memory (or the device reports none, as a CPU does),
+    else the largest divisor of unroll_length that fits. A depth asked for whose stock
+    alone exceeds the device's memory is refused before anything compiles."""
+    choose, gib = training._choose_stock_depth, 2**30  # noqa: SLF001
+    assert choose(16, None, gib, None) == 16  # a CPU: no limit known
+    assert choose(16, None, gib, 64 * gib) == 16  # 16 GiB: a quarter of 64
+    assert choose(16, None, gib, 63 * gib) == 8
+    assert choose(20, None, gib, 24 * gib) == 5  # divisors of 20: 1, 2, 4, 5, 10, 20
+    assert choose(16, None, 100 * gib, 80 * gib) == 1  # nothing fits: the least
+    assert choose(16, 4, gib, 80 * gib) == 4  # asked for
+    with pytest.raises(ValueError, match=r"stock would take 32\.0 GiB of the device's 16\.0"):
+        choose(16, 16, 2 * gib, 16 * gib)
 
 
 # ---- discrete actions ----

@@ -757,3 +757,15 @@ def test_a_nan_setting_is_the_same_setting_on_resume(tmp_path):
         rundir.check_identity(tmp_path, {**config, "script.min_return": 3.0}, "auto")
     with pytest.raises(SystemExit, match="script.bounds"):
         rundir.check_identity(tmp_path, {**config, "script.bounds": [1.0, 2.0]}, "auto")
+
+
+def test_a_resume_may_change_the_stocks_depth_but_not_the_rest_of_ppo(tmp_path):
+    """`ppo.stock_depth` changes speed and memory, not one number of the run (tests/
+    test_ppo.py resumes a checkpoint into a shallower stock): a resume on a device
+    with less memory may pick another. Any other PPO field would mix two runs."""
+    config = {"seed": 0, "ppo.stock_depth": None, "ppo.unroll_length": 16}
+    rundir.check_identity(tmp_path, config, "auto")
+    assert rundir.check_identity(tmp_path, {**config, "ppo.stock_depth": 4}, "auto")["forced"] == []
+    refusal = r"(?s)ppo\.unroll_length: run has 16, now 8.*cannot be forced"
+    with pytest.raises(SystemExit, match=refusal):
+        rundir.check_identity(tmp_path, {**config, "ppo.unroll_length": 8}, "force")

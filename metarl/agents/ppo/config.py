@@ -70,6 +70,11 @@ class PPOConfig:
     rl2_inputs: bool = False  # feed previous action, reward and a new-episode flag
     reset_every_episode: bool = False  # reset recurrent state every episode, not every trial
     returns_span: str = "trial"  # "trial": RL^2 returns run across a trial's episodes
+    # reset_strategy "stock" ("auto" on a GPU): fresh states stocked per env, refilled
+    # every stock_depth steps. None: unroll_length (one refill per rollout), or the
+    # largest divisor of it whose stock fits the device's memory budget
+    # (`training.STOCK_MEMORY_SHARE`). An int must divide unroll_length.
+    stock_depth: int | None = None
     seed: int = 0
 
     def __post_init__(self):
@@ -84,6 +89,14 @@ class PPOConfig:
             raise ValueError(
                 f"num_envs ({self.num_envs}) must be divisible by num_minibatches "
                 f"({self.num_minibatches}): minibatches split the envs"
+            )
+        if self.stock_depth is not None and (
+            self.stock_depth < 1 or self.unroll_length % self.stock_depth
+        ):
+            divisors = [d for d in range(1, self.unroll_length + 1) if self.unroll_length % d == 0]
+            raise ValueError(
+                f"PPOConfig.stock_depth must be None or a divisor of unroll_length "
+                f"({self.unroll_length}): one of {divisors}, got {self.stock_depth!r}"
             )
         if self.core not in CORES:
             raise ValueError(f"PPOConfig.core must be one of {sorted(CORES)}, got {self.core!r}")
@@ -122,6 +135,10 @@ class PPOConfig:
         for name in (*_POSITIVE_INTS, "hidden_size", "seed"):
             if not _is_int(getattr(self, name)):
                 raise TypeError(f"PPOConfig.{name} must be an int, got {getattr(self, name)!r}")
+        if self.stock_depth is not None and not _is_int(self.stock_depth):
+            raise TypeError(
+                f"PPOConfig.stock_depth must be an int or None, got {self.stock_depth!r}"
+            )
         for name in _BOOLS:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(

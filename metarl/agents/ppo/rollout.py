@@ -43,11 +43,10 @@ class Transition(struct.PyTreeNode):
 def unroll(env, agent, config, params, normalizer, es: EnvState):
     """`unroll_length` steps on every env -> (new EnvState, Transition [T, B]).
 
-    With reset_strategy="stock" the env states hold a stock of `unroll_length` fresh
-    states each (`init_env_state`), refilled here in bulk before the steps: the
-    steps take their fresh states from it and compile no reset."""
-    if isinstance(es.env.info.get(POOL), ResetStock):
-        es = es.replace(env=jax.vmap(env.refill)(es.env))
+    With reset_strategy="stock" the env states hold a stock of `stock_depth` fresh
+    states each (`init_env_state`; `unroll_length` unless memory asks for fewer),
+    refilled here in bulk before every `stock_depth` steps: the steps take their
+    fresh states from it and compile no reset."""
 
     def step(es: EnvState, _):
         pairs = jax.vmap(jax.random.split)(es.key)
@@ -85,4 +84,17 @@ def unroll(env, agent, config, params, normalizer, es: EnvState):
         )
         return es.replace(env=nxt, carry=next_carry, key=keys), transition
 
-    return jax.lax.scan(step, es, None, length=config.unroll_length)
+    stock = es.env.info.get(POOL)
+    if not isinstance(stock, ResetStock):
+        return jax.lax.scan(step, es, None, length=config.unroll_length)
+    depth = stock.depth(es.key.shape)
+
+    def block(es: EnvState, _):
+        es = es.replace(env=jax.vmap(env.refill)(es.env))
+        return jax.lax.scan(step, es, None, length=depth)
+
+    if depth == config.unroll_length:
+        return block(es, None)
+    es, transitions = jax.lax.scan(block, es, None, length=config.unroll_length // depth)
+    flat = lambda x: x.reshape((config.unroll_length,) + x.shape[2:])  # noqa: E731
+    return es, jax.tree.map(flat, transitions)

@@ -42,6 +42,9 @@ class TrainSpace:
     init_env: Callable
     set_ranges: Callable
     iterate: Callable
+    # reset_strategy "stock": fresh states stocked per env (`PPOConfig.stock_depth`
+    # resolved); None for the other strategies
+    stock_depth: int | None = None
 
     @property
     def num_devices(self) -> int:
@@ -80,6 +83,54 @@ def _normalizer_state(obs):
         jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), obs)
     )
     return state.replace(std_eps=jnp.float32(state.std_eps))
+
+
+# The most of a device's memory a stock takes when `PPOConfig.stock_depth` is None.
+# The stock is most of the env state (hopper at 2048 envs x 16 entries: 62 of 66 MB;
+# MuJoCo Playground's HumanoidRun on MJX: 7,635 numbers per entry, 4 GiB at 8192 envs
+# x 16), and a rollout also needs the physics' own temporaries.
+STOCK_MEMORY_SHARE = 0.25
+
+
+def _choose_stock_depth(
+    unroll_length: int, requested: int | None, bytes_per_depth: int, limit: int | None
+) -> int:
+    """The stock's depth: `requested` (refused if its stock alone exceeds the device's
+    memory `limit`); else `unroll_length` where the stock fits `STOCK_MEMORY_SHARE` of
+    `limit` (or `limit` is unknown: a CPU reports none), else the largest divisor of
+    it that fits (at least 1). `bytes_per_depth`: one fresh state for every env a
+    device holds."""
+    gib = lambda b: f"{b / 2**30:.1f} GiB"  # noqa: E731
+    if requested is not None:
+        if limit is not None and requested * bytes_per_depth > limit:
+            raise ValueError(
+                f"PPOConfig.stock_depth={requested}: the stock would take "
+                f"{gib(requested * bytes_per_depth)} of the device's {gib(limit)}; choose a "
+                "smaller divisor of unroll_length, or None to fit it automatically"
+            )
+        return requested
+    if limit is None:
+        return unroll_length
+    fits = [
+        d
+        for d in range(1, unroll_length + 1)
+        if unroll_length % d == 0 and d * bytes_per_depth <= STOCK_MEMORY_SHARE * limit
+    ]
+    return max(fits, default=1)
+
+
+def _stock_depth(env: ContextualEnv, config: PPOConfig, num_seeds, mesh) -> int | None:
+    """`PPOConfig.stock_depth` resolved for this env, batch and device (None: no stock)."""
+    if env.reset_strategy != "stock":
+        return None
+    entry = jax.eval_shape(env.reset, jax.random.key(0)).info[POOL].pending
+    entry_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(entry))
+    envs = config.num_envs // mesh.size * (num_seeds or 1)  # held by one device
+    try:
+        limit = (mesh.devices.flat[0].memory_stats() or {}).get("bytes_limit")
+    except Exception:  # noqa: BLE001 - a backend without memory statistics
+        limit = None
+    return _choose_stock_depth(config.unroll_length, config.stock_depth, entry_bytes * envs, limit)
 
 
 def make_train_space(
@@ -122,6 +173,7 @@ def make_train_space(
         )
     agent = _agent(env, config)
     optimizer = _optimizer(config)
+    stock_depth = _stock_depth(env, config, num_seeds, mesh)
 
     def init_training(key):
         shapes = jax.eval_shape(env.reset, key).obs
@@ -139,8 +191,8 @@ def make_train_space(
     def init_env(key, ranges):
         keys = jax.random.split(key, config.num_envs + 1)
         states = jax.vmap(env.reset)(keys[1:], ranges)
-        if env.reset_strategy == "stock":  # each rollout refills it first (rollout.py)
-            states = jax.vmap(functools.partial(env.stock, depth=config.unroll_length))(states)
+        if stock_depth is not None:  # refilled before every stock_depth steps (rollout.py)
+            states = jax.vmap(functools.partial(env.stock, depth=stock_depth))(states)
         return EnvState(
             env=states,
             carry=agent.init_carry((config.num_envs,)),
@@ -177,6 +229,7 @@ def make_train_space(
         init_env=jax.jit(init_env, out_shardings=sharded),
         set_ranges=jax.jit(set_ranges, out_shardings=sharded, donate_argnums=0),
         iterate=jax.jit(iterate, donate_argnums=(0, 1)),
+        stock_depth=stock_depth,
     )
 
 
@@ -266,8 +319,8 @@ def init_env_state(space: TrainSpace, key: jax.Array, context: Any = None) -> En
 
 def thin_env_state(env_state: EnvState) -> EnvState:
     """`env_state` as a checkpoint needs it: with reset_strategy "stock" ("auto" on a
-    GPU), each env's stock keeps 1 of its `unroll_length` fresh
-    states, whose values a resumed run computes again (`restock_env_state`); any
+    GPU), each env's stock keeps 1 of its `stock_depth` fresh states, marked as used:
+    a resumed run computes them all again (`restock_env_state`), with any depth; any
     other state is returned as it is. The stock is most of the env state (hopper,
     2048 envs x 16: 62 MB of a 66 MB state). Save it, restore it with `like` thinned
     too, and give the restored state to `restock_env_state` before `run_train`."""
@@ -276,25 +329,34 @@ def thin_env_state(env_state: EnvState) -> EnvState:
         return env_state
     axis = jnp.ndim(stock.base)  # the depth axis follows the batch (seeds, envs)
     entries = jax.tree.map(lambda x: jax.lax.slice_in_dim(x, 0, 1, axis=axis), stock.entries)
-    return _with_stock(env_state, stock.replace(entries=entries))
+    due = env_state.env.info[TRIAL].resets - 1  # the entry counts as used
+    return _with_stock(env_state, stock.replace(entries=entries, base=due))
 
 
 def restock_env_state(space: TrainSpace, env_state: EnvState) -> EnvState:
     """A thinned `env_state` (`thin_env_state`, e.g. restored from a checkpoint) with
-    its stock whole again, every entry due: the next rollout's refill computes all
-    `unroll_length` of them, the resets those envs would take next, so that
+    its stock whole again (`TrainSpace.stock_depth` entries), every entry due: the next
+    rollout's refill computes all of them, the resets those envs would take next, so that
     `run_train` continues exactly as from the state before thinning (bit for bit on
     a CPU, where every reset strategy gives identical states). A state that is not
     thinned is returned as it is."""
     stock = env_state.env.info.get(POOL)
-    depth = space.config.unroll_length
-    held = stock.depth(jnp.shape(stock.base)) if isinstance(stock, ResetStock) else depth
-    if held == depth:
+    depth = space.stock_depth
+    if not isinstance(stock, ResetStock):
+        return env_state
+    if depth is None:
+        raise ValueError(
+            "restock_env_state: the state holds a stock but this train space's env resets "
+            f"with {space.env.reset_strategy!r}: build the space with the env the state "
+            "was made with"
+        )
+    held = stock.depth(jnp.shape(stock.base))
+    if held == depth and depth > 1:
         return env_state
     if held != 1:
         raise ValueError(
             f"restock_env_state: the stock holds {held} fresh states per env: neither "
-            f"thinned (1) nor this train space's unroll_length ({depth})"
+            f"thinned (1) nor this train space's stock_depth ({depth})"
         )
     return _restock(depth, NamedSharding(space.mesh, _env_spec(space.num_seeds)))(env_state)
 
@@ -416,7 +478,7 @@ def run_train(
     if isinstance(stock, ResetStock) and np.any(jax.device_get(stock.overrun)):
         raise RuntimeError(  # cannot happen: every rollout refills first (a bug if it does)
             "run_train: a done env found its stock of fresh states empty, so its state is "
-            "wrong; the env states must hold a stock of unroll_length entries (init_env_state)"
+            "wrong; the env states must hold a stock of stock_depth entries (init_env_state)"
         )
     if space.num_seeds is None:
         return training_state, env_state, _summarise(space, training_state, sums, total, timing)
@@ -453,10 +515,10 @@ def _check_run(space: TrainSpace, ts, es, num_steps) -> None:
     stock = es.env.info.get(POOL)
     if isinstance(stock, ResetStock):
         depth = stock.depth(es.key.shape)
-        if depth != space.config.unroll_length:
+        if depth != space.stock_depth:
             raise ValueError(
                 f"run_train: env_state's stock holds {depth} fresh states per env, the train "
-                f"space's unroll_length is {space.config.unroll_length}"
+                f"space's stock_depth is {space.stock_depth}"
                 + (
                     ": it was thinned for a checkpoint (thin_env_state); pass it through "
                     "restock_env_state(space, env_state) first"
