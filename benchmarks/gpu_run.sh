@@ -17,6 +17,7 @@
 #                                           # (the stock) and dense, PPO against Brax PPO over
 #                                           # seeds 7 and 8 (auto, the stock, and the pool)
 #   bash benchmarks/gpu_run.sh stock        # the envs at 8192: plain, Brax DR, auto, the stock
+#   bash benchmarks/gpu_run.sh depth        # PPO's iteration with a stock of 16, 4, 1 (~4 min)
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
 #                                           # pool, its cond guard, derived constants; ant mjx
 #   bash benchmarks/gpu_run.sh first        # then at once (~8 min): time to the first update
@@ -28,7 +29,7 @@
 # command has its own time limit, so one that hangs costs its share, not the call.
 # SMOKE=1 shrinks every size, to check the script on a CPU in a few minutes.
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh essential | stock | headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
+stage=${1:?"usage: gpu_run.sh essential | stock | depth | headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
 shift
 out=${OUT:-/tmp/gpu_run}
 mkdir -p "$out"
@@ -182,6 +183,19 @@ ppo)
   [ -n "${STRATEGY:-}" ] && settings+=(--strategy "$STRATEGY")
   run 570 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --seeds "${seeds[@]}" \
     --compile-cache --out "$out/ppo_seeds_$(IFS=_; echo "${seeds[*]}").json"
+  ;;
+depth)
+  # What a shallower stock costs in PPO's own loop: PPOConfig.stock_depth, which a device
+  # short of memory gets (the largest divisor of unroll_length whose stock fits a quarter
+  # of its memory), refilled every stock_depth steps. Hopper at the issue's settings, the
+  # stock of 16 (unroll_length) against 4 and 1, in paired rounds (ppo_profile.py)
+  if [ "$smoke" = 1 ]; then
+    d=(--env inverted_pendulum --num-envs 64 --num-minibatches 4 --rounds 1 --iterations 2)
+  else
+    d=(--env hopper --num-envs 2048 --num-minibatches 16 --iterations 4 --rounds 5)
+  fi
+  run 400 depth python3 benchmarks/ppo_profile.py "${d[@]}" --cores mlp \
+    --strategies stock stock@4 stock@1
   ;;
 profile)
   if [ "$smoke" = 1 ]; then

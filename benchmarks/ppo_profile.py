@@ -22,13 +22,17 @@ a CPU every XLA thunk is an event, so keep the env small there).
 
 `--strategies pool stock` runs every core once per reset strategy of the env, in the
 same paired rounds (rows `core:strategy`, ratios to the first row): what a strategy
-costs or saves inside PPO's own loop, the rollout column most of all.
+costs or saves inside PPO's own loop, the rollout column most of all. `stock@4` is the
+stock with `PPOConfig.stock_depth=4` (refilled every 4 steps): what a shallower stock,
+the one a device short of memory gets, costs.
 
     python benchmarks/ppo_profile.py --env inverted_pendulum --num-envs 512
     python benchmarks/ppo_profile.py --env hopper --num-envs 2048 --num-minibatches 16 \\
         --trace-dir /tmp/ppo_trace
     python benchmarks/ppo_profile.py --env hopper --num-envs 2048 --num-minibatches 16 \\
         --cores mlp --strategies pool stock
+    python benchmarks/ppo_profile.py --env hopper --num-envs 2048 --num-minibatches 16 \\
+        --cores mlp --strategies stock stock@4 stock@1
 """
 
 from __future__ import annotations
@@ -59,11 +63,20 @@ class Config:
     iterations: int = 8  # PPO iterations per timed call
     rounds: int = 5
     trace_dir: str | None = None
-    # the env's reset strategies compared ("auto", "pool", "stock", ...): rows core:strategy
+    # the env's reset strategies compared ("auto", "pool", "stock", ...; "stock@4": the
+    # stock with stock_depth 4): rows core:strategy
     strategies: tuple[str, ...] = ("auto",)
 
 
-def _run(env, cfg: Config, core: str, epochs: int):
+def _strategy(spec: str) -> tuple[str, int | None]:
+    """ "stock@4" -> ("stock", 4); "pool" -> ("pool", None)."""
+    strategy, at, depth = spec.partition("@")
+    if at and (strategy != "stock" or not depth.isdigit()):
+        raise ValueError(f"--strategies {spec!r}: only the stock takes a depth, as in stock@4")
+    return strategy, int(depth) if at else None
+
+
+def _run(env, cfg: Config, core: str, epochs: int, stock_depth: int | None = None):
     config = ppo.PPOConfig(
         num_envs=cfg.num_envs,
         unroll_length=cfg.unroll_length,
@@ -74,6 +87,7 @@ def _run(env, cfg: Config, core: str, epochs: int):
         policy_hidden=(32, 32),
         value_hidden=(64, 64),
         rl2_inputs=core != "mlp",
+        stock_depth=stock_depth,
     )
     space = ppo.make_train_space(env, config)
     k_train, k_env = ppo.split_keys(ppo.seed_keys(0), 2)
@@ -129,12 +143,14 @@ def main(cfg: Config) -> dict[str, dict[str, float]]:
         for strategy in cfg.strategies
     }
     envs = {
-        s: make_contextual(cfg.env, C.ContextSpace({}), episode_length=1000, reset_strategy=s)
+        s: make_contextual(
+            cfg.env, C.ContextSpace({}), episode_length=1000, reset_strategy=_strategy(s)[0]
+        )
         for s in cfg.strategies
     }
     steps = cfg.iterations * cfg.num_envs * cfg.unroll_length
     runs = {
-        (label, e): _run(envs[strategy], cfg, core, e)
+        (label, e): _run(envs[strategy], cfg, core, e, _strategy(strategy)[1])
         for label, (core, strategy) in labels.items()
         for e in (1, cfg.epochs)
     }

@@ -189,6 +189,13 @@ def compile_experiment(exp: Experiment, num_seeds: int = 1) -> Compiled:
     programs at once on an accelerator (`ppo.precompile`), and builds the evaluator."""
     axes = _heatmap_axes(exp)
     space = ppo.make_train_space(exp.env, exp.ppo, num_seeds if num_seeds > 1 else None)
+    if exp.ppo.stock_depth is None and space.stock_depth not in (None, exp.ppo.unroll_length):
+        print(
+            f"The stock of fresh states holds {space.stock_depth} per env, refilled every "
+            f"{space.stock_depth} steps: {exp.ppo.unroll_length} would take more than "
+            f"{ppo.training.STOCK_MEMORY_SHARE:.0%} of the device's memory (--ppo.stock-depth)",
+            file=sys.stderr,
+        )
     ppo.precompile(space, skip_cpu=True)
     return Compiled(
         space=space,
