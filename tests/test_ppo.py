@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 from dataclasses import replace
 
 import jax
@@ -284,6 +285,23 @@ def test_the_stock_fits_the_devices_memory():
     assert choose(16, 4, gib, 80 * gib) == 4  # asked for
     with pytest.raises(ValueError, match=r"stock would take 32\.0 GiB of the device's 16\.0"):
         choose(16, 16, 2 * gib, 16 * gib)
+    # A device that reports its memory (a GPU; here a stand-in), one env's entry measured
+    # from the env's own reset: 16 entries for 1024 envs fit a quarter of it, by one byte
+    env = make_contextual("inverted_pendulum", GRAVITY, reset_strategy="stock")
+    entry = jax.eval_shape(env.reset, jax.random.key(0)).info[POOL].pending
+    per_env = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(entry))
+
+    class Device:
+        def memory_stats(self):
+            return {"bytes_limit": 4 * 16 * 1024 * per_env}
+
+    config = ppo.PPOConfig(num_envs=1024, unroll_length=16, num_minibatches=4)
+    mesh = types.SimpleNamespace(size=1, devices=np.array([Device()]))
+    assert training._stock_depth(env, config, None, mesh) == 16  # noqa: SLF001
+    assert training._stock_depth(env, config, 2, mesh) == 8  # two seeds: twice the envs
+    mesh.size = 2  # two devices split the envs
+    assert training._stock_depth(env, config, 2, mesh) == 16  # noqa: SLF001
+    assert ppo.make_train_space(env, config).stock_depth == 16  # a CPU: no limit
 
 
 # ---- discrete actions ----

@@ -123,13 +123,15 @@ def _stock_depth(env: ContextualEnv, config: PPOConfig, num_seeds, mesh) -> int 
     """`PPOConfig.stock_depth` resolved for this env, batch and device (None: no stock)."""
     if env.reset_strategy != "stock":
         return None
-    entry = jax.eval_shape(env.reset, jax.random.key(0)).info[POOL].pending
-    entry_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(entry))
-    envs = config.num_envs // mesh.size * (num_seeds or 1)  # held by one device
     try:
         limit = (mesh.devices.flat[0].memory_stats() or {}).get("bytes_limit")
     except Exception:  # noqa: BLE001 - a backend without memory statistics
         limit = None
+    if limit is None:  # nothing to fit (a CPU): the reset is not traced for its size
+        return _choose_stock_depth(config.unroll_length, config.stock_depth, 0, None)
+    entry = jax.eval_shape(env.reset, jax.random.key(0)).info[POOL].pending
+    entry_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(entry))
+    envs = config.num_envs // mesh.size * (num_seeds or 1)  # held by one device
     return _choose_stock_depth(config.unroll_length, config.stock_depth, entry_bytes * envs, limit)
 
 
