@@ -142,15 +142,14 @@ def main(cfg: Config) -> dict[str, dict[str, float]]:
         for core in cfg.cores
         for strategy in cfg.strategies
     }
+    specs = {s: _strategy(s) for s in cfg.strategies}  # "stock@4" -> ("stock", 4)
     envs = {
-        s: make_contextual(
-            cfg.env, C.ContextSpace({}), episode_length=1000, reset_strategy=_strategy(s)[0]
-        )
-        for s in cfg.strategies
+        s: make_contextual(cfg.env, C.ContextSpace({}), episode_length=1000, reset_strategy=name)
+        for s, (name, _) in specs.items()
     }
     steps = cfg.iterations * cfg.num_envs * cfg.unroll_length
     runs = {
-        (label, e): _run(envs[strategy], cfg, core, e, _strategy(strategy)[1])
+        (label, e): _run(envs[strategy], cfg, core, e, specs[strategy][1])
         for label, (core, strategy) in labels.items()
         for e in (1, cfg.epochs)
     }

@@ -31,6 +31,11 @@ def _is_int(value) -> bool:
 SEEDS = range(2**32)
 
 
+def divisors(n: int) -> list[int]:
+    """The depths a stock of `n` steps' rollout can take (`PPOConfig.stock_depth`)."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
 def check_seeds(seed: int, num_seeds: int, what: str = "seed") -> None:
     """Seeds seed, ..., seed + num_seeds - 1 must be ints in `SEEDS`."""
     if not _is_int(seed):
@@ -93,10 +98,10 @@ class PPOConfig:
         if self.stock_depth is not None and (
             self.stock_depth < 1 or self.unroll_length % self.stock_depth
         ):
-            divisors = [d for d in range(1, self.unroll_length + 1) if self.unroll_length % d == 0]
             raise ValueError(
                 f"PPOConfig.stock_depth must be None or a divisor of unroll_length "
-                f"({self.unroll_length}): one of {divisors}, got {self.stock_depth!r}"
+                f"({self.unroll_length}): one of {divisors(self.unroll_length)}, got "
+                f"{self.stock_depth!r}"
             )
         if self.core not in CORES:
             raise ValueError(f"PPOConfig.core must be one of {sorted(CORES)}, got {self.core!r}")

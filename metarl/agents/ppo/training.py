@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from metarl.agents.agent import Agent
-from metarl.agents.ppo.config import PPOConfig, check_seeds
+from metarl.agents.ppo.config import PPOConfig, check_seeds, divisors
 from metarl.agents.ppo.learner import IterationStats, TrainingState, iterate_fn
 from metarl.agents.ppo.rollout import EnvState
 from metarl.compilation import count_compilations
@@ -111,11 +111,7 @@ def _choose_stock_depth(
         return requested
     if limit is None:
         return unroll_length
-    fits = [
-        d
-        for d in range(1, unroll_length + 1)
-        if unroll_length % d == 0 and d * bytes_per_depth <= STOCK_MEMORY_SHARE * limit
-    ]
+    fits = [d for d in divisors(unroll_length) if d * bytes_per_depth <= STOCK_MEMORY_SHARE * limit]
     return max(fits, default=1)
 
 
