@@ -164,15 +164,21 @@ class _Rollout(NamedTuple):
 
 
 def _rollout(reset, step, action_size: int, num_envs: int, steps: int, refill=None, depth=0):
-    """-> `_Rollout`, whose `run` returns (done envs, steps at which a "pool" env
-    refilled its pool, the sum of every observation and reward), summed over steps.
+    """-> `_Rollout`, whose `run` returns ((done envs, steps at which a "pool" env
+    refilled its pool, the sum of every observation and reward), summed over steps;
+    the last state).
     The sum is returned so that XLA computes what a learner reads: with only the
     counts returned, it dropped part of the observation and reward work, more of it
     for some variants than for others. The first reset is `start`'s, untimed: a
     stock starts empty, and its first fill (`depth` resets per env, once per PPO run)
     would otherwise count in every round. With `refill` (contextual_stock), the steps
     run in blocks of `depth`, each after a `refill` of the states (a refill counted
-    once per block)."""
+    once per block). `run` takes its state donated and returns the last one, as PPO's
+    training loop and any loop that steps on from it do. Until 2026-11-27 (donated)
+    it returned the sums alone: XLA then copied the state passed in before stepping
+    it (for the stock of ant on MJX at 1024 envs, 195 MB a call), and dropped from
+    every loop the fields of the physics state that no later step reads (the most a
+    loop of plain Brax's ant on MJX carried: 0.40M numbers then, 6.19M now)."""
 
     def body(state, k):
         action = jax.random.uniform(k, (num_envs, action_size), minval=-1.0, maxval=1.0)
@@ -190,15 +196,17 @@ def _rollout(reset, step, action_size: int, num_envs: int, steps: int, refill=No
     def run(key, state):
         keys = jax.random.split(key, steps)
         if refill is None:
-            return jax.tree.map(jnp.sum, jax.lax.scan(body, state, keys)[1])
+            state, sums = jax.lax.scan(body, state, keys)
+            return jax.tree.map(jnp.sum, sums), state
         blocks, rest = divmod(steps, depth)
         state, sums = jax.lax.scan(block, state, keys[: blocks * depth].reshape(blocks, depth))
         sums = jax.tree.map(jnp.sum, sums)
         if rest:
-            sums = jax.tree.map(jnp.add, sums, block(state, keys[blocks * depth :])[1])
-        return sums
+            state, more = block(state, keys[blocks * depth :])
+            sums = jax.tree.map(jnp.add, sums, more)
+        return sums, state
 
-    return _Rollout(jax.jit(start), jax.jit(run))
+    return _Rollout(jax.jit(start), jax.jit(run, donate_argnums=1))
 
 
 def _check_nofence(name: str, backend: str) -> None:
@@ -375,7 +383,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
             flush=True,
         )
         runs[label] = _Rollout(start, compiled)
-        dones[label], refills[label] = map(int, compiled(key, start(key))[:2])
+        dones[label], refills[label] = map(int, compiled(key, start(key))[0][:2])
     times = {label: [] for label in runs}
     for r in range(cfg.rounds):
         k = jax.random.key(r + 1)
@@ -460,6 +468,14 @@ def _op_times(compiled, *args) -> dict[str, tuple[float, int]]:
     return ops
 
 
+def _rollout_ops(rollout: _Rollout, key: jax.Array) -> dict[str, tuple[float, int]]:
+    """`_op_times` of one timed rollout from `rollout.start(key)`'s state, made before the
+    trace starts: dispatched asynchronously, the start ran inside the trace and its
+    operations counted as the rollout's (until 2026-11-27, the stock's first fill,
+    `depth` resets per env, inflated its "step" figures)."""
+    return _op_times(rollout.run, key, jax.block_until_ready(rollout.start(key)))
+
+
 def _print_profile(result: dict, runs: dict, steps: int) -> None:
     """Adds each variant's operation time per env step to `result`, split by how often
     an operation runs: more than once a step (the physics substeps), at most once a
@@ -467,8 +483,8 @@ def _print_profile(result: dict, runs: dict, steps: int) -> None:
     print(f"\noperation time per env step (ms, summed over threads), {steps} steps")
     print(f"{'variant':<22}{'total':>9}{'substeps':>10}{'step':>8}{'once':>8}{'ops':>6}")
     key = jax.random.key(0)  # the key of the untimed first run
-    for label, (start, compiled) in runs.items():
-        ops = _op_times(compiled, key, start(key))
+    for label, rollout in runs.items():
+        ops = _rollout_ops(rollout, key)
         split = {"substeps": 0.0, "step": 0.0, "once": 0.0}
         for seconds, count in ops.values():
             part = "substeps" if count > steps else "step" if count > 1 else "once"

@@ -66,6 +66,25 @@ def test_the_profile_counts_the_operations_a_loop_runs_and_not_the_loop():
     assert 7 in runs and max(runs) <= 8, ops
 
 
+def test_the_profile_leaves_out_the_untimed_start():
+    """A rollout's first state is made before the trace starts: dispatched
+    asynchronously, a stock's first fill ran inside the trace and was counted as the
+    rollout's own work."""
+    bench = _load("env_throughput")
+    spd = jnp.eye(256) * 256 + jnp.ones((256, 256))
+
+    def start(key):  # slow, and made of operations the rollout never runs
+        body = lambda i, a: jnp.linalg.cholesky(a + i) @ jnp.linalg.cholesky(a).T  # noqa: E731
+        return jax.lax.fori_loop(0, 200, body, spd + jax.random.uniform(key))
+
+    key = jax.random.key(0)
+    run = jax.jit(lambda key, s: jax.lax.fori_loop(0, 3, lambda i, s: jnp.tanh(s @ s), s))
+    run = run.lower(key, spd).compile()
+    ops = bench._rollout_ops(bench._Rollout(jax.jit(start), run), key)
+    assert any(n == 3 for _, n in ops.values()), ops  # the rollout's own operations
+    assert not any("cholesky" in name for name in ops), ops
+
+
 def test_control_flow_counts_a_programs_loops_and_conditionals():
     """The loops and conditionals of a compiled program, as env_throughput records them
     per variant (each waits on the host on a GPU)."""
@@ -258,6 +277,8 @@ def test_the_stocks_first_fill_is_outside_the_timed_rollout():
         stock = state.info[POOL]
         np.testing.assert_array_equal(stock.base, state.info[TRIAL].resets)
         assert stock.depth((8,)) == 4
-        dones, refills, _ = rollout.run(key, state)
+        (dones, refills, _), _ = rollout.run(key, state)
+        # donated, as PPO's training loop takes it: the stock is not copied per call
+        assert all(x.is_deleted() for x in jax.tree.leaves(state))
         assert int(refills) == cfg.steps // cfg.stock_depth
         assert int(dones) > 0  # inverted_pendulum falls within 8 random steps: the stock is used
