@@ -15,7 +15,7 @@
 #   bash benchmarks/gpu_run.sh essential    # a 15-min device budget's one call (~9.5 min): the
 #                                           # runner's resume, ant (mjx) at 8192 envs with auto
 #                                           # (the stock) and Brax DR, PPO against Brax PPO over
-#                                           # seeds 7 and 8 (auto, the stock, and the pool)
+#                                           # seeds 7 and 8 (auto, the stock)
 #   bash benchmarks/gpu_run.sh stock        # the envs at 8192: plain, Brax DR, auto, the stock
 #   bash benchmarks/gpu_run.sh depth        # PPO's iteration with a stock of 16, 4, 1 (~4 min)
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
@@ -62,7 +62,7 @@ essential)
   # MJX on the H200, by the rollout that did not return its state; dense, 0.94x, is
   # left out to keep the call's time); then PPO against Brax PPO
   # over seeds 7 and 8 (seeds 0-6 so far: no return difference, -60 [-314, 194]), with
-  # auto (the stock) and the pool side by side; whatever the call's time leaves of it
+  # auto (the stock); whatever the call's time leaves of it
   if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 16 --rounds 2)
     settings=(--env inverted_pendulum --num-envs 128 --num-minibatches 4 --num-timesteps 20000)
   else m=(--envs ant --num-envs 8192 --steps 192 --rounds 4)
@@ -72,8 +72,10 @@ essential)
   run 150 resume python3 -m pytest -q tests/test_runner.py -k resumed_run_logs_exactly
   run 190 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
     --variants plain brax_dr contextual --out "$out/env_8192_mjx"
+  # auto alone (the stock): with the pool beside it, the third session's seed 5 ran past
+  # the stage's 250 s
   run 250 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --no-gru --seeds 7 8 \
-    --strategy pool --compile-cache --out "$out/ppo_seeds_7_8.json"
+    --compile-cache --out "$out/ppo_seeds_7_8.json"
   ;;
 stock)
   # The call of 2026-11-27 (H200): the four envs at 8192 envs, plain, Brax DR, auto and
