@@ -45,10 +45,14 @@ first reset is a program of its own, run before each timed call and not timed
   waits on the host on a GPU) and read for the most numbers one of its loops carries
   from trip to trip (`metarl.compilation.loop_carries`: more than plain Brax's means
   state kept alive that nothing reads); `--dump-hlo DIR` keeps the programs' HLO text.
-* `--profile` (CPU): one more rollout per variant under `jax.profiler`, every
-  operation XLA's CPU runtime ran summed per env step and split by how often it
-  runs: in the physics substeps (more than once a step), once a step or less (the
-  step's own work, the resets), once.
+* `--profile`: one more rollout per variant under `jax.profiler`, every
+  operation summed per env step and split by how often it runs: in the physics
+  substeps (more than once a step), once a step or less (the step's own work, the
+  resets), once. On a CPU the operations XLA's CPU runtime ran (summed over its
+  threads); on a GPU the kernels on the device's streams, by HLO operation (GPU
+  time; the host's waits between kernels are not in it). `--trace-dir DIR` keeps
+  each variant's raw trace (`DIR/<env>_<num_envs>_<variant>/`, for TensorBoard's
+  profile plugin, Perfetto or `jax.profiler.ProfileData`).
 * ablate_norefill: the pool's machinery without its refills (not exact): a done
   env swaps in its pool entry, which is never recomputed, so the step carries and
   selects the second physics state but never refills and never asks whether to
@@ -112,7 +116,8 @@ class Config:
     variants: tuple[str, ...] = MAIN
     out: str | None = None  # path stem for the .json / .png results
     dump_hlo: str | None = None  # a folder for each variant's compiled program (.hlo.gz)
-    profile: bool = False  # CPU: time every operation of one more rollout per variant
+    profile: bool = False  # time every operation of one more rollout per variant
+    trace_dir: str | None = None  # --profile: keep each variant's raw trace here
 
 
 def _space(sys, backend: str) -> C.ContextSpace:
@@ -429,7 +434,8 @@ def bench(name: str, n: int, cfg: Config) -> dict:
             "times_s": ts.tolist(),
         }
     if cfg.profile:
-        _print_profile(result, runs, cfg.steps)
+        traces = None if cfg.trace_dir is None else Path(cfg.trace_dir) / f"{name}_{n}"
+        _print_profile(result, runs, cfg.steps, traces)
     return result
 
 
@@ -437,17 +443,23 @@ def bench(name: str, n: int, cfg: Config) -> dict:
 _NOT_OPS = ("ThreadpoolListener", "end: ", "SlinkyThreadPool", "ThunkExecutor")
 
 
-def _op_times(compiled, *args) -> dict[str, tuple[float, int]]:
-    """{operation: (seconds, runs)} of one call `compiled(*args)` on the CPU, from a `jax.profiler`
-    trace: XLA's CPU runtime records every operation it runs (a fusion, a dot) on the
-    thread that ran it; operations running in parallel both count. A loop or a
-    conditional is recorded as one span around the operations it runs, which are
-    recorded too: only the innermost spans count."""
-    with tempfile.TemporaryDirectory() as folder:
+def _op_times(compiled, *args, keep: Path | None = None) -> dict[str, tuple[float, int]]:
+    """{operation: (seconds, runs)} of one call `compiled(*args)`, from a `jax.profiler`
+    trace (kept in the new folder `keep` if given): a GPU's kernels (`_gpu_ops`) where
+    JAX's default backend is a GPU, else the CPU runtime's operations. On a CPU, XLA's runtime
+    records every operation it runs (a fusion, a dot) on the thread that ran it;
+    operations running in parallel both count. A loop or a conditional is recorded as
+    one span around the operations it runs, which are recorded too: only the innermost
+    spans count."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = tmp if keep is None else str(keep)
         jax.profiler.start_trace(folder)
         jax.block_until_ready(compiled(*args))
         jax.profiler.stop_trace()
-        trace = jax.profiler.ProfileData.from_file(str(next(Path(folder).rglob("*.xplane.pb"))))
+        newest = max(Path(folder).rglob("*.xplane.pb"), key=lambda f: f.stat().st_mtime)
+        trace = jax.profiler.ProfileData.from_file(str(newest))
+    if jax.default_backend() == "gpu":
+        return _gpu_ops([plane for plane in trace.planes if plane.name.startswith("/device:GPU")])
     ops: dict[str, tuple[float, int]] = {}
     for plane in trace.planes:
         if plane.name != "/host:CPU":
@@ -468,23 +480,49 @@ def _op_times(compiled, *args) -> dict[str, tuple[float, int]]:
     return ops
 
 
-def _rollout_ops(rollout: _Rollout, key: jax.Array) -> dict[str, tuple[float, int]]:
+def _gpu_ops(planes) -> dict[str, tuple[float, int]]:
+    """{operation: (seconds, runs)} of the kernels on a GPU's streams (the trace's device
+    planes), each named by the HLO operation it runs (its `hlo_op`) and its kernel: an
+    operation compiled into two kernels counts as two. Memory copies count too (a
+    loop's predicate read back by the host is one per trip)."""
+    ops: dict[str, tuple[float, int]] = {}
+    for plane in planes:
+        for line in plane.lines:
+            if not line.name.startswith("Stream"):
+                continue
+            for event in line.events:
+                op = dict(event.stats).get("hlo_op")
+                name = event.name if op is None else f"{op}: {event.name}"
+                seconds, runs = ops.get(name, (0.0, 0))
+                ops[name] = (seconds + event.duration_ns * 1e-9, runs + 1)
+    if not ops:  # no device plane where the profiler could not load CUPTI
+        lines = sorted({f"{p.name}/{line.name}" for p in planes for line in p.lines})
+        print(f"  no kernel found on a GPU's streams (device lines: {lines}); see --trace-dir")
+    return ops
+
+
+def _rollout_ops(
+    rollout: _Rollout, key: jax.Array, keep: Path | None = None
+) -> dict[str, tuple[float, int]]:
     """`_op_times` of one timed rollout from `rollout.start(key)`'s state, made before the
     trace starts: dispatched asynchronously, the start ran inside the trace and its
     operations counted as the rollout's (until 2026-11-27, the stock's first fill,
     `depth` resets per env, inflated its "step" figures)."""
-    return _op_times(rollout.run, key, jax.block_until_ready(rollout.start(key)))
+    return _op_times(rollout.run, key, jax.block_until_ready(rollout.start(key)), keep=keep)
 
 
-def _print_profile(result: dict, runs: dict, steps: int) -> None:
+def _print_profile(result: dict, runs: dict, steps: int, traces: Path | None) -> None:
     """Adds each variant's operation time per env step to `result`, split by how often
     an operation runs: more than once a step (the physics substeps), at most once a
-    step (the step's own work, the resets), once a rollout."""
-    print(f"\noperation time per env step (ms, summed over threads), {steps} steps")
+    step (the step's own work, the resets), once a rollout. `traces`: a folder stem
+    for the raw traces, one folder per variant (None: not kept)."""
+    where = "GPU kernels" if jax.default_backend() == "gpu" else "summed over threads"
+    print(f"\noperation time per env step (ms, {where}), {steps} steps")
     print(f"{'variant':<22}{'total':>9}{'substeps':>10}{'step':>8}{'once':>8}{'ops':>6}")
     key = jax.random.key(0)  # the key of the untimed first run
     for label, rollout in runs.items():
-        ops = _rollout_ops(rollout, key)
+        keep = None if traces is None else Path(f"{traces}_{label.replace(':', '_')}")
+        ops = _rollout_ops(rollout, key, keep)
         split = {"substeps": 0.0, "step": 0.0, "once": 0.0}
         for seconds, count in ops.values():
             part = "substeps" if count > steps else "step" if count > 1 else "once"
@@ -528,10 +566,8 @@ def plot(results: dict, path: Path) -> None:
 def main(cfg: Config) -> None:
     device = jax.devices()[0]
     print(f"jax {jax.__version__} on {device.platform} ({device.device_kind})")
-    if cfg.profile and device.platform != "cpu":  # before any env is timed
-        raise ValueError(
-            "--profile reads the CPU runtime's trace; on a GPU use ppo_profile.py --trace-dir"
-        )
+    if cfg.trace_dir is not None and not cfg.profile:  # before any env is timed
+        raise ValueError("--trace-dir keeps --profile's traces: add --profile")
     if any(v.partition(":")[0] == "ablate_nofence" for v in cfg.variants):
         kwargs = {} if cfg.backend is None else {"backend": cfg.backend}
         for name in cfg.envs:  # before any env is timed

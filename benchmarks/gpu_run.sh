@@ -18,6 +18,8 @@
 #                                           # seeds 7 and 8 (auto, the stock)
 #   bash benchmarks/gpu_run.sh stock        # the envs at 8192: plain, Brax DR, auto, the stock
 #   bash benchmarks/gpu_run.sh depth        # PPO's iteration with a stock of 16, 4, 1 (~4 min)
+#   bash benchmarks/gpu_run.sh diagnose     # ant (mjx): plain, Brax DR, auto, every kernel
+#                                           # per env step; traces and HLO kept (~3 min)
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
 #                                           # pool, its cond guard, derived constants; ant mjx
 #   bash benchmarks/gpu_run.sh first        # then at once (~8 min): time to the first update
@@ -29,7 +31,7 @@
 # command has its own time limit, so one that hangs costs its share, not the call.
 # SMOKE=1 shrinks every size, to check the script on a CPU in a few minutes.
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh essential | stock | depth | headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
+stage=${1:?"usage: gpu_run.sh essential | stock | depth | diagnose | headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
 shift
 out=${OUT:-/tmp/gpu_run}
 mkdir -p "$out"
@@ -109,19 +111,20 @@ headline)
     --variants plain contextual contextual_firstorder --out "$out/env_8192_mjx"
   ;;
 diagnose)
-  # Where MJX's contextual step and hopper's pool lose their time on a GPU: ablations
-  # side by side, each program's loops and conditionals, and the compiled HLO (hlo.tgz)
-  if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 10 --rounds 2)
-    h=(--envs inverted_pendulum --num-envs 64 --steps 20 --rounds 3)
-  else m=(--envs ant --num-envs 8192 --steps 100 --rounds 5)
-    h=(--envs hopper --num-envs 8192 --steps 300 --rounds 5); fi
-  run 200 mjx_ablations python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
-    --variants plain contextual contextual_dense ablate_nofence ablate_noreset \
-    ablate_norebuild --dump-hlo /tmp/hlo --out "$out/mjx_ablations"
-  run 170 poolcost python3 benchmarks/env_throughput.py "${h[@]}" --variants plain \
-    contextual_pool contextual_dense ablate_noreset ablate_norefill --dump-hlo /tmp/hlo \
-    --out "$out/poolcost"
+  # Where ant on MJX loses its time on a GPU, against plain Brax and against Brax's
+  # static DR (which ran at 1.06x of plain there): every kernel of one rollout per
+  # variant, per env step by HLO operation (--profile), and the raw traces and compiled
+  # HLO (trace_*.tgz, hlo.tgz), to read on a CPU afterwards (~3 min)
+  if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 8 --rounds 2)
+  else m=(--envs ant --num-envs 8192 --steps 32 --rounds 3); fi
+  run 240 mjx_profile python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+    --variants plain brax_dr contextual --profile --trace-dir /tmp/traces \
+    --dump-hlo /tmp/hlo --out "$out/mjx_profile"
   tar czf "$out/hlo.tgz" -C /tmp hlo
+  for t in /tmp/traces/*; do  # one file each: the device tool brings back 16 MiB a file
+    tar czf "$out/trace_$(basename "$t").tgz" -C /tmp/traces --exclude '*.trace.json.gz' \
+      "$(basename "$t")"
+  done
   ;;
 env)
   if [ "$smoke" = 1 ]; then sizes=(--num-envs 64 --steps 10 --rounds 2); envs=(inverted_pendulum)

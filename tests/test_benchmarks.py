@@ -66,7 +66,7 @@ def test_the_profile_counts_the_operations_a_loop_runs_and_not_the_loop():
     assert 7 in runs and max(runs) <= 8, ops
 
 
-def test_the_profile_leaves_out_the_untimed_start():
+def test_the_profile_leaves_out_the_untimed_start(tmp_path):
     """A rollout's first state is made before the trace starts: dispatched
     asynchronously, a stock's first fill ran inside the trace and was counted as the
     rollout's own work."""
@@ -80,9 +80,16 @@ def test_the_profile_leaves_out_the_untimed_start():
     key = jax.random.key(0)
     run = jax.jit(lambda key, s: jax.lax.fori_loop(0, 3, lambda i, s: jnp.tanh(s @ s), s))
     run = run.lower(key, spd).compile()
-    ops = bench._rollout_ops(bench._Rollout(jax.jit(start), run), key)
+    ops = bench._rollout_ops(bench._Rollout(jax.jit(start), run), key, keep=tmp_path / "t")
     assert any(n == 3 for _, n in ops.values()), ops  # the rollout's own operations
     assert not any("cholesky" in name for name in ops), ops
+    # the raw trace is kept where asked, and reads back as the same operations
+    (kept,) = (tmp_path / "t").rglob("*.xplane.pb")
+    again = jax.profiler.ProfileData.from_file(str(kept))
+    names = {e.name for p in again.planes for line in p.lines for e in line.events}
+    assert set(ops) <= names, set(ops) - names
+    with pytest.raises(ValueError, match="add --profile"):
+        bench.main(bench.Config(trace_dir=str(tmp_path)))
 
 
 def test_control_flow_counts_a_programs_loops_and_conditionals():
