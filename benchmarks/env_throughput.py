@@ -439,15 +439,13 @@ def bench(name: str, n: int, cfg: Config) -> dict:
     return result
 
 
-# trace events that are the runtime's own, not operations of the program
-_NOT_OPS = ("ThreadpoolListener", "end: ", "SlinkyThreadPool", "ThunkExecutor")
-
-
 def _op_times(compiled, *args, keep: Path | None = None) -> dict[str, tuple[float, int]]:
     """{operation: (seconds, runs)} of one call `compiled(*args)`, from a `jax.profiler`
     trace (kept in the new folder `keep` if given): a GPU's kernels (`_gpu_ops`) where
     JAX's default backend is a GPU, else the CPU runtime's operations. On a CPU, XLA's runtime
-    records every operation it runs (a fusion, a dot) on the thread that ran it;
+    records every operation it runs (a fusion, a dot) on the thread that ran it, with
+    its `hlo_op` (until 2026-11-27 the Python thread was told apart by its name,
+    "python": run as `python3`, its calls, `stop_trace` among them, counted as operations);
     operations running in parallel both count. A loop or a conditional is recorded as
     one span around the operations it runs, which are recorded too: only the innermost
     spans count."""
@@ -464,13 +462,12 @@ def _op_times(compiled, *args, keep: Path | None = None) -> dict[str, tuple[floa
     for plane in trace.planes:
         if plane.name != "/host:CPU":
             continue
-        for line in plane.lines:
-            if line.name == "python":
-                continue
-            spans = sorted(
+        for line in plane.lines:  # a thread
+            spans = sorted(  # an operation names its HLO instruction; Python's and the
+                # runtime's own events (on any thread, whatever its name) do not
                 (e.start_ns, -e.duration_ns, e.name)
                 for e in line.events
-                if not e.name.startswith(_NOT_OPS)
+                if "hlo_op" in dict(e.stats)
             )
             for i, (start, minus, name) in enumerate(spans):
                 if i + 1 < len(spans) and spans[i + 1][0] < start - minus:

@@ -4,6 +4,9 @@ import dataclasses
 import importlib.util
 import inspect
 import json
+import os
+import re
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -64,6 +67,33 @@ def test_the_profile_counts_the_operations_a_loop_runs_and_not_the_loop():
     # the body's operations ran 7 times, the loop's condition 8 (the loop itself not at all)
     runs = {n for _, n in ops.values()}
     assert 7 in runs and max(runs) <= 8, ops
+
+
+def test_the_profile_counts_the_programs_operations_whatever_python_is_called(tmp_path):
+    """Every operation the profile counts is an instruction of the program. Python's own
+    thread was told apart by its name, "python": started as `python3` (as gpu_run.sh
+    does), its calls, `stop_trace` among them (0.34 s), counted as operations run once."""
+    python3 = tmp_path / "python3"
+    python3.symlink_to(sys.executable)
+    script = (
+        "import json, sys, jax, jax.numpy as jnp; sys.path.insert(0, sys.argv[1]); "
+        "import test_benchmarks as t; bench = t._load('env_throughput'); "
+        "f = jax.jit(lambda x: jax.lax.fori_loop(0, 3, lambda i, x: jnp.tanh(x @ x), x)); "
+        "c = f.lower(jnp.ones((64, 64))).compile(); "
+        "print(json.dumps({'ops': list(bench._op_times(c, jnp.ones((64, 64)))), "
+        "'hlo': c.as_text()}))"
+    )
+    out = subprocess.run(  # a link outside the virtual environment: its packages by path
+        [str(python3), "-c", script, str(Path(__file__).parent)],
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    names = set(re.findall(r"%?([\w.-]+) = ", found["hlo"]))
+    assert found["ops"] and set(found["ops"]) <= names, set(found["ops"]) - names
 
 
 def test_the_profile_leaves_out_the_untimed_start(tmp_path):
