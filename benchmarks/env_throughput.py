@@ -11,6 +11,10 @@ first reset is a program of its own, run before each timed call and not timed
 * plain: `brax.envs.training.wrap(env)` (vmap + episode + cached auto-reset).
 * brax_dr: the same with `randomization_fn`: a static batch of Systems with
   gravity, per-body mass and per-geom friction drawn once, at build time.
+* brax_dr_same, brax_dr_every, brax_dr_every_same: diagnostics of why Brax DR outran
+  plain Brax on MJX's ant on a GPU: its fields batched but left at the env's values
+  (what the draw changes), every array of the System batched (none of it a constant of
+  the program), both.
 * contextual: `make_contextual` with the same quantities, drawn afresh at every
   episode inside jit, with exact resets (`--strategy`, default auto); friction
   only where some geom collides (not on inverted_pendulum, where no contact
@@ -48,7 +52,9 @@ first reset is a program of its own, run before each timed call and not timed
 * `--profile`: one more rollout per variant under `jax.profiler`, every
   operation summed per env step and split by how often it runs: in the physics
   substeps (more than once a step), once a step or less (the step's own work, the
-  resets), once. On a CPU the operations XLA's CPU runtime ran (summed over its
+  resets), once; and again by stage (`STAGES`: MJX's named stages of a physics
+  step, metarl's resets, the rest), each operation by the innermost named scope
+  its instruction records. On a CPU the operations XLA's CPU runtime ran (summed over its
   threads); on a GPU the kernels on the device's streams, by HLO operation (GPU
   time; the host's waits between kernels are not in it). `--trace-dir DIR` keeps
   each variant's raw trace (`DIR/<env>_<num_envs>_<variant>/`, for TensorBoard's
@@ -130,14 +136,18 @@ def _space(sys, backend: str) -> C.ContextSpace:
     return C.ContextSpace(entries)
 
 
-def _brax_randomizer(num_envs: int):
+def _brax_randomizer(num_envs: int, drawn: bool = True, every_field: bool = False):
+    """Brax's `randomization_fn`: gravity, per-body mass and per-geom friction drawn per
+    env. `drawn=False`: those fields batched but left at the env's values; `every_field`:
+    every array of the System batched (one copy per env), none of it a constant of the
+    program."""
+
     def randomize(sys):
         keys = jax.random.split(jax.random.PRNGKey(7), 3)
-        g = jax.random.uniform(keys[0], (num_envs,), minval=GRAVITY[0], maxval=GRAVITY[1])
-        m = jax.random.uniform(keys[1], (num_envs, sys.num_links()), minval=MASS[0], maxval=MASS[1])
-        f = jax.random.uniform(
-            keys[2], (num_envs, sys.ngeom), minval=FRICTION[0], maxval=FRICTION[1]
-        )
+        (g0, g1), (m0, m1), (f0, f1) = (GRAVITY, MASS, FRICTION) if drawn else ((1.0, 1.0),) * 3
+        g = jax.random.uniform(keys[0], (num_envs,), minval=g0, maxval=g1)
+        m = jax.random.uniform(keys[1], (num_envs, sys.num_links()), minval=m0, maxval=m1)
+        f = jax.random.uniform(keys[2], (num_envs, sys.ngeom), minval=f0, maxval=f1)
         fields = {
             "gravity": sys.gravity * g[:, None],
             "opt.gravity": sys.opt.gravity * g[:, None],
@@ -145,11 +155,24 @@ def _brax_randomizer(num_envs: int):
             "body_mass": jax.vmap(lambda m: sys.body_mass.at[1:].multiply(m))(m),
             "geom_friction": jax.vmap(lambda f: sys.geom_friction.at[:, 0].multiply(f))(f),
         }
+        if every_field:
+            copies = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs,) + jnp.shape(x)), sys)
+            return copies.tree_replace(fields), jax.tree.map(lambda _: 0, sys)
         batched = sys.tree_replace(fields)
         axes = jax.tree.map(lambda _: None, sys).tree_replace({k: 0 for k in fields})
         return batched, axes
 
     return randomize
+
+
+# diagnostics: Brax's DR with its fields left at the env's values, or with every field
+# of the System batched
+_DR = {
+    "brax_dr": {},
+    "brax_dr_same": {"drawn": False},
+    "brax_dr_every": {"every_field": True},
+    "brax_dr_every_same": {"drawn": False, "every_field": True},
+}
 
 
 def _refilled(state, nxt) -> jax.Array:
@@ -287,8 +310,8 @@ _BINDINGS = {"contextual_firstorder": _FirstOrder, "contextual_perstep": _PerSte
 def _build(label: str, name: str, n: int, cfg: Config):
     kwargs = {} if cfg.backend is None else {"backend": cfg.backend}
     raw_keys = lambda key: jax.random.split(jax.random.key_data(key), n)  # noqa: E731
-    if label in ("plain", "brax_dr"):
-        extra = {"randomization_fn": _brax_randomizer(n)} if label == "brax_dr" else {}
+    if label == "plain" or label in _DR:
+        extra = {} if label == "plain" else {"randomization_fn": _brax_randomizer(n, **_DR[label])}
         env = brax_training.wrap(
             brax_envs.get_environment(name, **kwargs), episode_length=1000, **extra
         )
@@ -439,6 +462,42 @@ def bench(name: str, n: int, cfg: Config) -> dict:
     return result
 
 
+# (scope, stage): an operation's stage is that of the first scope in its instruction's
+# op_name (innermost first where they nest: a reset runs MJX's whole forward). MJX
+# names its stages with `jax.named_scope` (a component of the op_name as it is);
+# metarl's resets are `ContextualEnv._fresh`, jitted (in any vmap or jit wrapper).
+STAGES = (
+    ("_fresh", "resets"),
+    ("solve", "solver"),
+    ("fwd_position", "position"),
+    ("fwd_velocity", "velocity"),
+    ("fwd_actuation", "actuation"),
+    ("fwd_acceleration", "acceleration"),
+    ("euler", "integration"),
+    ("implicit", "integration"),
+    ("rk4", "integration"),
+    ("forward", "forward, other"),
+)
+REST = "rest"  # the step outside MJX's stages: Brax's wrappers, metarl's step, the rollout
+
+
+def _stages(hlo: str) -> dict[str, str]:
+    """{instruction name: stage} of a compiled program's text (`STAGES`; `REST` for an
+    instruction in none of them, or without an op_name)."""
+    out = {}
+    for line in hlo.splitlines():
+        instruction = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = ", line)
+        if instruction is None:
+            continue
+        meta = re.search(r'op_name="([^"]*)"', line)
+        parts = meta.group(1).split("/") if meta else []
+        bare = {re.sub(r"^(?:[\w.]+\()+|\)+$", "", p) for p in parts}  # vmap(jit(f)) -> f
+        out[instruction.group(1)] = next(
+            (s for scope, s in STAGES if scope in (bare if scope == "_fresh" else parts)), REST
+        )
+    return out
+
+
 def _op_times(compiled, *args, keep: Path | None = None) -> dict[str, tuple[float, int]]:
     """{operation: (seconds, runs)} of one call `compiled(*args)`, from a `jax.profiler`
     trace (kept in the new folder `keep` if given): a GPU's kernels (`_gpu_ops`) where
@@ -511,12 +570,14 @@ def _rollout_ops(
 def _print_profile(result: dict, runs: dict, steps: int, traces: Path | None) -> None:
     """Adds each variant's operation time per env step to `result`, split by how often
     an operation runs: more than once a step (the physics substeps), at most once a
-    step (the step's own work, the resets), once a rollout. `traces`: a folder stem
-    for the raw traces, one folder per variant (None: not kept)."""
+    step (the step's own work, the resets), once a rollout; and by stage (`STAGES`,
+    read from the compiled program). `traces`: a folder stem for the raw traces, one
+    folder per variant (None: not kept)."""
     where = "GPU kernels" if jax.default_backend() == "gpu" else "summed over threads"
     print(f"\noperation time per env step (ms, {where}), {steps} steps")
     print(f"{'variant':<22}{'total':>9}{'substeps':>10}{'step':>8}{'once':>8}{'ops':>6}")
     key = jax.random.key(0)  # the key of the untimed first run
+    by_stage = {}
     for label, rollout in runs.items():
         keep = None if traces is None else Path(f"{traces}_{label.replace(':', '_')}")
         ops = _rollout_ops(rollout, key, keep)
@@ -530,6 +591,27 @@ def _print_profile(result: dict, runs: dict, steps: int, traces: Path | None) ->
             f"{split['once']:>8.2f}{len(ops):>6}"
         )
         result[label]["op_ms_per_step"] = {"total": total, **split}
+        by_stage[label] = _by_stage(ops, _stages(rollout.run.as_text()), steps)
+        result[label]["op_ms_per_step_by_stage"] = by_stage[label]
+    columns = [
+        s for s in dict.fromkeys(s for _, s in STAGES) if any(s in v for v in by_stage.values())
+    ]
+    columns.append(REST)
+    print(f"\nthe same by stage (ms per env step; {REST}: outside MJX's named stages)")
+    print(f"{'variant':<22}" + "".join(f"{c:>14}" for c in columns))
+    for label, stages in by_stage.items():
+        print(f"{label:<22}" + "".join(f"{stages.get(c, 0.0):>14.2f}" for c in columns))
+
+
+def _by_stage(ops: dict[str, tuple[float, int]], stages: dict[str, str], steps: int) -> dict:
+    """`_op_times`' operations summed per stage, in ms per env step. A GPU's operation
+    ("hlo_op: kernel") by its HLO instruction; one that names none (a memory copy, a
+    kernel outside the program) is `REST`."""
+    out: dict[str, float] = {}
+    for name, (seconds, _) in ops.items():
+        stage = stages.get(name.split(": ")[0], REST)
+        out[stage] = out.get(stage, 0.0) + seconds * 1e3 / steps
+    return out
 
 
 def plot(results: dict, path: Path) -> None:

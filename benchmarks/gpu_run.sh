@@ -18,8 +18,9 @@
 #                                           # seeds 7 and 8 (auto, the stock)
 #   bash benchmarks/gpu_run.sh stock        # the envs at 8192: plain, Brax DR, auto, the stock
 #   bash benchmarks/gpu_run.sh depth        # PPO's iteration with a stock of 16, 4, 1 (~4 min)
-#   bash benchmarks/gpu_run.sh diagnose     # ant (mjx): plain, Brax DR, auto, every kernel
-#                                           # per env step; traces and HLO kept (~3 min)
+#   bash benchmarks/gpu_run.sh diagnose     # ant (mjx): plain, Brax DR (and two diagnostics
+#                                           # of it), auto: every kernel per env step, by
+#                                           # MJX's stage; traces and HLO kept (~4 min)
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
 #                                           # pool, its cond guard, derived constants; ant mjx
 #   bash benchmarks/gpu_run.sh first        # then at once (~8 min): time to the first update
@@ -113,13 +114,18 @@ headline)
 diagnose)
   # Where ant on MJX loses its time on a GPU, against plain Brax and against Brax's
   # static DR (which ran at 1.06x of plain there): every kernel of one rollout per
-  # variant, per env step by HLO operation (--profile), and the raw traces and compiled
-  # HLO (trace_*.tgz, hlo.tgz), to read on a CPU afterwards (~3 min)
+  # variant, per env step by HLO operation and by MJX's stage (--profile), and the raw
+  # traces and compiled HLO (trace_*.tgz, hlo.tgz), to read on a CPU afterwards
+  # (~4 min). brax_dr_same (DR's fields batched, their values the env's) and
+  # brax_dr_every (every field of the System batched) tell whether DR gains by the
+  # values it draws or by a System that is not a constant of the program (on 2 CPU
+  # cores neither differs from plain Brax beyond the rounds' noise). Eight files
+  # come back: the log, the JSON, the HLO and five traces
   if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 8 --rounds 2)
-  else m=(--envs ant --num-envs 8192 --steps 32 --rounds 3); fi
-  run 240 mjx_profile python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
-    --variants plain brax_dr contextual --profile --trace-dir /tmp/traces \
-    --dump-hlo /tmp/hlo --out "$out/mjx_profile"
+  else m=(--envs ant --num-envs 8192 --steps 32 --rounds 2); fi
+  run 300 mjx_profile python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+    --variants plain brax_dr brax_dr_same brax_dr_every contextual --profile \
+    --trace-dir /tmp/traces --dump-hlo /tmp/hlo --out "$out/mjx_profile"
   tar czf "$out/hlo.tgz" -C /tmp hlo
   for t in /tmp/traces/*; do  # one file each: the device tool brings back 16 MiB a file
     tar czf "$out/trace_$(basename "$t").tgz" -C /tmp/traces --exclude '*.trace.json.gz' \

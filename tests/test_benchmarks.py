@@ -122,6 +122,78 @@ def test_the_profile_leaves_out_the_untimed_start(tmp_path):
         bench.main(bench.Config(trace_dir=str(tmp_path)))
 
 
+def test_the_profile_splits_the_time_by_stage():
+    """Each operation counts in the stage of the innermost named scope its instruction
+    records: MJX's stages by their exact names (JAX's `jnp.linalg.solve`, recorded as
+    "jit(solve)", is not MJX's solver), metarl's resets in any wrapper, even around
+    MJX's stages; the rest, and an operation of no instruction, in `REST`."""
+    bench = _load("env_throughput")
+    text = "\n".join(
+        [
+            '  %fusion.1 = f32[2]{0} fusion(%p), metadata={op_name="jit(run)/forward/solve/mul"}',
+            '  %dot.2 = f32[2]{0} dot(%a, %b), metadata={op_name="jit(run)/vmap(jit(_fresh))/'
+            'forward/solve/dot_general"}',
+            '  %lu.3 = f32[2]{0} custom-call(%a), metadata={op_name="jit(run)/jit(solve)/lu"}',
+            "  ROOT %tuple.4 = (f32[2]{0}) tuple(%fusion.1)",
+        ]
+    )
+    stages = bench._stages(text)
+    assert stages == {
+        "fusion.1": "solver",
+        "dot.2": "resets",
+        "lu.3": bench.REST,
+        "tuple.4": "rest",
+    }
+    ops = {"fusion.1": (0.002, 4), "dot.2: gemm_kernel": (0.001, 1), "memcpy": (0.003, 2)}
+    assert bench._by_stage(ops, stages, steps=2) == pytest.approx(
+        {"solver": 1.0, "resets": 0.5, bench.REST: 1.5}
+    )
+
+    # a real program: its operations' time all lands in a stage, the scoped ones in theirs
+    def _fresh(x):
+        return jnp.tanh(x @ x.T)
+
+    def program(x):
+        with jax.named_scope("fwd_position"):
+            y = jnp.cos(x @ x)
+        return jax.vmap(jax.jit(_fresh))(y[None])[0].sum() + jnp.linalg.solve(y, x).sum()
+
+    x = jnp.eye(128) + jnp.ones((128, 128)) / 128
+    compiled = jax.jit(program).lower(x).compile()
+    ops = bench._op_times(compiled, x)
+    split = bench._by_stage(ops, bench._stages(compiled.as_text()), steps=1)
+    assert split["position"] > 0 and split["resets"] > 0, split
+    assert sum(split.values()) == pytest.approx(sum(t for t, _ in ops.values()) * 1e3)
+
+
+def test_the_dr_diagnostics_batch_what_they_say():
+    """brax_dr_same batches DR's fields at the env's own values (bit for bit), brax_dr
+    draws them; brax_dr_every batches every array of the System, the drawn ones drawn."""
+    bench = _load("env_throughput")
+    from brax import envs as brax_envs
+
+    sys_ = brax_envs.get_environment("ant", backend="mjx").sys
+    n, out = 3, {}
+    for label, kwargs in bench._DR.items():
+        out[label] = bench._brax_randomizer(n, **kwargs)(sys_)
+    leaves = lambda tree: jax.tree.leaves(tree)  # noqa: E731
+    for label in ("brax_dr", "brax_dr_same"):
+        batched, axes = out[label]
+        assert set(leaves(axes)) == {0}  # the drawn fields only
+        assert len(leaves(axes)) == 5
+    same, drawn = out["brax_dr_same"][0], out["brax_dr"][0]
+    np.testing.assert_array_equal(same.body_mass, np.broadcast_to(sys_.body_mass, (n, sys_.nbody)))
+    assert not np.array_equal(drawn.body_mass, same.body_mass)
+    for label, draws in (("brax_dr_every", True), ("brax_dr_every_same", False)):
+        batched, axes = out[label]
+        assert len(leaves(axes)) == len(leaves(sys_)) and set(leaves(axes)) == {0}
+        assert all(np.shape(b) == (n, *np.shape(x)) for b, x in zip(leaves(batched), leaves(sys_)))
+        np.testing.assert_array_equal(
+            batched.dof_damping, np.broadcast_to(sys_.dof_damping, (n, sys_.nv))
+        )
+        assert np.array_equal(batched.body_mass, same.body_mass) != draws, label
+
+
 def test_control_flow_counts_a_programs_loops_and_conditionals():
     """The loops and conditionals of a compiled program, as env_throughput records them
     per variant (each waits on the host on a GPU)."""
