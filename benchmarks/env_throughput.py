@@ -123,6 +123,7 @@ class Config:
     out: str | None = None  # path stem for the .json / .png results
     dump_hlo: str | None = None  # a folder for each variant's compiled program (.hlo.gz)
     profile: bool = False  # time every operation of one more rollout per variant
+    profile_rounds: int = 1  # --profile: traces per variant, in paired rounds (medians)
     trace_dir: str | None = None  # --profile: keep each variant's raw trace here
 
 
@@ -458,7 +459,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
         }
     if cfg.profile:
         traces = None if cfg.trace_dir is None else Path(cfg.trace_dir) / f"{name}_{n}"
-        _print_profile(result, runs, cfg.steps, traces)
+        _print_profile(result, runs, cfg.steps, traces, cfg.profile_rounds)
     return result
 
 
@@ -567,40 +568,69 @@ def _rollout_ops(
     return _op_times(rollout.run, key, jax.block_until_ready(rollout.start(key)), keep=keep)
 
 
-def _print_profile(result: dict, runs: dict, steps: int, traces: Path | None) -> None:
+def _print_profile(
+    result: dict, runs: dict, steps: int, traces: Path | None, rounds: int = 1
+) -> None:
     """Adds each variant's operation time per env step to `result`, split by how often
     an operation runs: more than once a step (the physics substeps), at most once a
     step (the step's own work, the resets), once a rollout; and by stage (`STAGES`,
-    read from the compiled program). `traces`: a folder stem for the raw traces, one
+    read from the compiled program). `rounds` traces per variant, in paired rounds
+    (each round traces every variant in turn); each figure is their median, with the
+    total's min-max. `traces`: a folder stem for the first round's raw traces, one
     folder per variant (None: not kept)."""
-    where = "GPU kernels" if jax.default_backend() == "gpu" else "summed over threads"
-    print(f"\noperation time per env step (ms, {where}), {steps} steps")
-    print(f"{'variant':<22}{'total':>9}{'substeps':>10}{'step':>8}{'once':>8}{'ops':>6}")
     key = jax.random.key(0)  # the key of the untimed first run
+    stages = {label: _stages(rollout.run.as_text()) for label, rollout in runs.items()}
+    # One trace thrown away first: on 2 CPU cores the first trace of a process summed
+    # more operation time than the next ones; one trace to the next of the same program
+    # varied by up to 9% there (ant and inverted_pendulum on MJX): compare medians
+    _rollout_ops(next(iter(runs.values())), key)
+    splits = {label: [] for label in runs}
+    for r in range(rounds):
+        for label, rollout in runs.items():
+            keep = None
+            if traces is not None and r == 0:
+                keep = Path(f"{traces}_{label.replace(':', '_')}")
+            ops = _rollout_ops(rollout, key, keep)
+            split = {"substeps": 0.0, "step": 0.0, "once": 0.0}
+            for seconds, count in ops.values():
+                part = "substeps" if count > steps else "step" if count > 1 else "once"
+                split[part] += seconds * 1e3 / steps
+            split["total"] = sum(split.values())
+            split["ops"] = len(ops)
+            splits[label].append((split, _by_stage(ops, stages[label], steps)))
+    where = "GPU kernels" if jax.default_backend() == "gpu" else "summed over threads"
+    print(f"\noperation time per env step (ms, {where}), {steps} steps, median of {rounds}")
+    print(
+        f"{'variant':<22}{'total':>9}{'(min-max)':>16}{'substeps':>10}{'step':>8}{'once':>8}{'ops':>6}"
+    )
     by_stage = {}
-    for label, rollout in runs.items():
-        keep = None if traces is None else Path(f"{traces}_{label.replace(':', '_')}")
-        ops = _rollout_ops(rollout, key, keep)
-        split = {"substeps": 0.0, "step": 0.0, "once": 0.0}
-        for seconds, count in ops.values():
-            part = "substeps" if count > steps else "step" if count > 1 else "once"
-            split[part] += seconds * 1e3 / steps
-        total = sum(split.values())
+    for label, rows in splits.items():
+        totals = [row[0]["total"] for row in rows]
+        split = {part: _median(rows, 0, part) for part in ("total", "substeps", "step", "once")}
         print(
-            f"{label:<22}{total:>9.2f}{split['substeps']:>10.2f}{split['step']:>8.2f}"
-            f"{split['once']:>8.2f}{len(ops):>6}"
+            f"{label:<22}{split['total']:>9.2f}  ({min(totals):.2f}-{max(totals):.2f})"
+            f"{split['substeps']:>10.2f}{split['step']:>8.2f}{split['once']:>8.2f}"
+            f"{rows[0][0]['ops']:>6}"
         )
-        result[label]["op_ms_per_step"] = {"total": total, **split}
-        by_stage[label] = _by_stage(ops, _stages(rollout.run.as_text()), steps)
+        result[label]["op_ms_per_step"] = {
+            **split,
+            "total_min": min(totals),
+            "total_max": max(totals),
+        }
+        by_stage[label] = {s: _median(rows, 1, s) for s in {k for row in rows for k in row[1]}}
         result[label]["op_ms_per_step_by_stage"] = by_stage[label]
     columns = [
         s for s in dict.fromkeys(s for _, s in STAGES) if any(s in v for v in by_stage.values())
     ]
     columns.append(REST)
-    print(f"\nthe same by stage (ms per env step; {REST}: outside MJX's named stages)")
+    print(f"\nthe same by stage (ms per env step, medians; {REST}: outside MJX's named stages)")
     print(f"{'variant':<22}" + "".join(f"{c:>14}" for c in columns))
-    for label, stages in by_stage.items():
-        print(f"{label:<22}" + "".join(f"{stages.get(c, 0.0):>14.2f}" for c in columns))
+    for label, stage_ms in by_stage.items():
+        print(f"{label:<22}" + "".join(f"{stage_ms.get(c, 0.0):>14.2f}" for c in columns))
+
+
+def _median(rows: list, i: int, part: str) -> float:
+    return float(np.median([row[i].get(part, 0.0) for row in rows]))
 
 
 def _by_stage(ops: dict[str, tuple[float, int]], stages: dict[str, str], steps: int) -> dict:
@@ -647,6 +677,11 @@ def main(cfg: Config) -> None:
     print(f"jax {jax.__version__} on {device.platform} ({device.device_kind})")
     if cfg.trace_dir is not None and not cfg.profile:  # before any env is timed
         raise ValueError("--trace-dir keeps --profile's traces: add --profile")
+    if cfg.profile_rounds < 1 or (cfg.profile_rounds > 1 and not cfg.profile):
+        raise ValueError(
+            f"--profile-rounds {cfg.profile_rounds}: the number of traces per variant of "
+            "--profile, an integer >= 1 (more than 1 with --profile only)"
+        )
     if any(v.partition(":")[0] == "ablate_nofence" for v in cfg.variants):
         kwargs = {} if cfg.backend is None else {"backend": cfg.backend}
         for name in cfg.envs:  # before any env is timed

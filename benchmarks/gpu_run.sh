@@ -124,7 +124,7 @@ diagnose)
   if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 8 --rounds 2)
   else m=(--envs ant --num-envs 8192 --steps 32 --rounds 2); fi
   run 300 mjx_profile python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
-    --variants plain brax_dr brax_dr_same brax_dr_every contextual --profile \
+    --variants plain brax_dr brax_dr_same brax_dr_every contextual --profile --profile-rounds 2 \
     --trace-dir /tmp/traces --dump-hlo /tmp/hlo --out "$out/mjx_profile"
   tar czf "$out/hlo.tgz" -C /tmp hlo
   for t in /tmp/traces/*; do  # one file each: the device tool brings back 16 MiB a file

@@ -120,6 +120,9 @@ def test_the_profile_leaves_out_the_untimed_start(tmp_path):
     assert set(ops) <= names, set(ops) - names
     with pytest.raises(ValueError, match="add --profile"):
         bench.main(bench.Config(trace_dir=str(tmp_path)))
+    for cfg in (bench.Config(profile_rounds=2), bench.Config(profile=True, profile_rounds=0)):
+        with pytest.raises(ValueError, match="--profile-rounds"):
+            bench.main(cfg)
 
 
 def test_the_profile_splits_the_time_by_stage():
@@ -164,6 +167,17 @@ def test_the_profile_splits_the_time_by_stage():
     split = bench._by_stage(ops, bench._stages(compiled.as_text()), steps=1)
     assert split["position"] > 0 and split["resets"] > 0, split
     assert sum(split.values()) == pytest.approx(sum(t for t, _ in ops.values()) * 1e3)
+    # traced in rounds: medians, the total's spread, every stage kept
+    key = jax.random.key(0)
+    run = jax.jit(lambda key, x: program(x)).lower(key, x).compile()
+    runs = {"a": bench._Rollout(jax.jit(lambda key: x), run)}
+    runs["b"] = runs["a"]
+    result = {"a": {}, "b": {}}
+    bench._print_profile(result, runs, steps=1, traces=None, rounds=3)
+    for label in runs:
+        ms = result[label]["op_ms_per_step"]
+        assert ms["total_min"] <= ms["total"] <= ms["total_max"], ms
+        assert {"position", "resets", bench.REST} <= set(result[label]["op_ms_per_step_by_stage"])
 
 
 def test_the_dr_diagnostics_batch_what_they_say():
