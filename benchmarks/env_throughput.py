@@ -49,15 +49,16 @@ first reset is a program of its own, run before each timed call and not timed
   waits on the host on a GPU) and read for the most numbers one of its loops carries
   from trip to trip (`metarl.compilation.loop_carries`: more than plain Brax's means
   state kept alive that nothing reads); `--dump-hlo DIR` keeps the programs' HLO text.
-* `--profile`: one more rollout per variant under `jax.profiler`, every
-  operation summed per env step and split by how often it runs: in the physics
+* `--profile`: one more rollout per variant under `jax.profiler` (`--profile-rounds
+  K`: K of them in paired rounds, each figure their median), every operation summed
+  per env step and split by how often it runs: in the physics
   substeps (more than once a step), once a step or less (the step's own work, the
   resets), once; and again by stage (`STAGES`: MJX's named stages of a physics
   step, metarl's resets, the rest), each operation by the innermost named scope
   its instruction records. On a CPU the operations XLA's CPU runtime ran (summed over its
   threads); on a GPU the kernels on the device's streams, by HLO operation (GPU
   time; the host's waits between kernels are not in it). `--trace-dir DIR` keeps
-  each variant's raw trace (`DIR/<env>_<num_envs>_<variant>/`, for TensorBoard's
+  each variant's raw trace, the first round's (`DIR/<env>_<num_envs>_<variant>/`, for TensorBoard's
   profile plugin, Perfetto or `jax.profiler.ProfileData`).
 * ablate_norefill: the pool's machinery without its refills (not exact): a done
   env swaps in its pool entry, which is never recomputed, so the step carries and
