@@ -403,3 +403,71 @@ def test_the_stocks_first_fill_is_outside_the_timed_rollout():
         assert all(x.is_deleted() for x in jax.tree.leaves(state))
         assert int(refills) == cfg.steps // cfg.stock_depth
         assert int(dones) > 0  # inverted_pendulum falls within 8 random steps: the stock is used
+
+
+def _gpu_program(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # it reads env_throughput's stages
+    return _load("gpu_program")
+
+
+def test_gpu_program_counts_each_launch_as_often_as_its_loops_run(monkeypatch):
+    """An operation in a scan of 3 inside a scan of n launches 3n times a call; one in a
+    while loop whose trip count the host reads is counted once each time that loop is
+    entered, and the loop is reported as such; a loop's condition runs trips + 1 times."""
+    gp = _gpu_program(monkeypatch)
+    n = 7
+
+    def inner(c, _):
+        with jax.named_scope("inner_body"):
+            return jnp.sin(c) * 2 + 1, None
+
+    def outer(c, _):
+        c, _ = jax.lax.scan(inner, c, None, length=3)
+        with jax.named_scope("unknown_body"):
+            c = jax.lax.while_loop(lambda c: c.sum() < 1e6, lambda c: jnp.cos(c) * 3 + c, c)
+        return c, c.sum()
+
+    run = jax.jit(lambda x: jax.lax.scan(outer, x, None, length=n))
+    hlo = run.lower(jnp.ones(64)).compile().as_text()
+    loops, counts = gp.launches(hlo)
+    assert [(loop.trips, loop.runs, loop.depth) for loop in loops] == [
+        (1, 1, 0),
+        (n, n, 1),
+        (3, 3 * n, 2),
+        (None, None, 2),
+    ]
+    scopes = {}
+    for line in hlo.splitlines():
+        m = re.match(r'\s*(?:ROOT )?%?([\w.\-]+) = .*op_name="([^"]*)"', line)
+        if m:
+            scopes[m.group(1)] = m.group(2)
+    runs = {name: k for name, k in counts.items() if name in scopes}
+    inner_ops = [k for name, k in runs.items() if "inner_body" in scopes[name]]
+    unknown_body = [k for name, k in runs.items() if "unknown_body/while/body" in scopes[name]]
+    inner_cond = [
+        k for name, k in runs.items() if scopes[name].endswith("closed_call/while/cond/lt")
+    ]
+    assert inner_ops and set(inner_ops) == {3 * n}
+    assert unknown_body and set(unknown_body) == {n}
+    assert inner_cond == [4 * n]
+    step = gp.per_step(hlo, n)
+    assert step["launches_per_step"] == pytest.approx(sum(counts.values()) / n)
+    assert step["unknown_trip_loops"] == 1
+    assert sum(step["by_stage"].values()) == pytest.approx(step["launches_per_step"])
+
+
+def test_gpu_program_names_the_gpus_it_knows_and_the_plugin_it_needs(monkeypatch):
+    gp = _gpu_program(monkeypatch)
+    with pytest.raises(ValueError, match=r"unknown GPU 'a100'.*\['h100', 'h200'\]"):
+        gp.target_config("a100")
+    assert 'device_description_str: "NVIDIA H200"' in gp.target_config("h200")
+    assert "core_count: 132" in gp.target_config("h100")
+    try:
+        plugin = importlib.util.find_spec("jax_plugins.xla_cuda13")
+    except ModuleNotFoundError:  # no jax_plugins at all
+        plugin = None
+    if plugin is None:
+        with pytest.raises(RuntimeError, match='pip install "jax-cuda13-plugin=='):
+            gp.gpu_device("h100")
+    else:  # compiles for the card without one
+        assert gp.gpu_device("h100").device_kind == "NVIDIA H100 80GB HBM3"
