@@ -55,7 +55,9 @@ first reset is a program of its own, run before each timed call and not timed
   substeps (more than once a step), once a step or less (the step's own work, the
   resets), once; and again by stage (`STAGES`: MJX's named stages of a physics
   step, metarl's resets, the rest), each operation by the innermost named scope
-  its instruction records. On a CPU the operations XLA's CPU runtime ran (summed over its
+  its instruction records; with how many operations ran per env step (on a GPU, the
+  kernels and copies launched: `gpu_program.py` counts them from the program alone).
+  On a CPU the operations XLA's CPU runtime ran (summed over its
   threads); on a GPU the kernels on the device's streams, by HLO operation (GPU
   time; the host's waits between kernels are not in it). `--trace-dir DIR` keeps
   each variant's raw trace, the first round's (`DIR/<env>_<num_envs>_<variant>/`, for TensorBoard's
@@ -598,11 +600,15 @@ def _print_profile(
                 split[part] += seconds * 1e3 / steps
             split["total"] = sum(split.values())
             split["ops"] = len(ops)
+            # runs of every operation per env step: on a GPU the kernels and copies
+            # launched (benchmarks/gpu_program.py counts them from the program alone)
+            split["launches"] = sum(count for _, count in ops.values()) / steps
             splits[label].append((split, _by_stage(ops, stages[label], steps)))
     where = "GPU kernels" if jax.default_backend() == "gpu" else "summed over threads"
     print(f"\noperation time per env step (ms, {where}), {steps} steps, median of {rounds}")
     print(
-        f"{'variant':<22}{'total':>9}{'(min-max)':>16}{'substeps':>10}{'step':>8}{'once':>8}{'ops':>6}"
+        f"{'variant':<22}{'total':>9}{'(min-max)':>16}{'substeps':>10}{'step':>8}{'once':>8}"
+        f"{'ops':>6}{'launches/step':>15}"
     )
     by_stage = {}
     for label, rows in splits.items():
@@ -611,10 +617,12 @@ def _print_profile(
         print(
             f"{label:<22}{split['total']:>9.2f}  ({min(totals):.2f}-{max(totals):.2f})"
             f"{split['substeps']:>10.2f}{split['step']:>8.2f}{split['once']:>8.2f}"
-            f"{rows[0][0]['ops']:>6}"
+            f"{rows[0][0]['ops']:>6}{rows[0][0]['launches']:>15.1f}"
         )
         result[label]["op_ms_per_step"] = {
             **split,
+            "ops": rows[0][0]["ops"],  # distinct operations (GPU: kernels by HLO operation)
+            "launches_per_step": rows[0][0]["launches"],
             "total_min": min(totals),
             "total_max": max(totals),
         }

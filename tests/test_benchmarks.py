@@ -177,6 +177,8 @@ def test_the_profile_splits_the_time_by_stage():
     for label in runs:
         ms = result[label]["op_ms_per_step"]
         assert ms["total_min"] <= ms["total"] <= ms["total_max"], ms
+        # every operation's runs, per step (steps=1: each ran at least once)
+        assert ms["launches_per_step"] >= ms["ops"] > 0, ms
         assert {"position", "resets", bench.REST} <= set(result[label]["op_ms_per_step_by_stage"])
 
 
