@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import importlib.metadata
 import json
 import os
 import re
@@ -106,7 +107,7 @@ def gpu_device(gpu: str):
     except NotImplementedError as e:
         raise RuntimeError(
             "no CUDA plugin to compile for a GPU: pip install "
-            f'"jax-cuda13-plugin=={jax.__version__}" (the version of jaxlib)'
+            f'"jax-cuda13-plugin=={importlib.metadata.version("jaxlib")}" (jaxlib\'s version)'
         ) from e
     return topology.devices[0]
 
