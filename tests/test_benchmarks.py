@@ -409,6 +409,9 @@ def test_the_stocks_first_fill_is_outside_the_timed_rollout():
 
 def _gpu_program(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))  # it reads env_throughput's stages
+    # what it sets where unset, set here so that they are undone after the test
+    monkeypatch.setenv("JAX_PLATFORMS", os.environ.get("JAX_PLATFORMS", "cpu"))
+    monkeypatch.setenv("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
     return _load("gpu_program")
 
 
