@@ -6,7 +6,8 @@ variant this prints what one env step launches on the device: the operations the
 runs (each fusion, library call or copy is at least one kernel), loop by loop, and in
 all per env step, split by stage as `env_throughput --profile` splits its time (MJX's
 stages, metarl's resets, the rest). A loop whose trip count XLA cannot tell is a loop
-whose predicate the host reads at every trip: it is listed, and counted once.
+whose predicate the host reads at every trip: it is listed, and its body counted
+once each time the loop is entered.
 
 Why: most sessions have no GPU, and the GPU's program is not the CPU's: XLA fuses
 differently, and metarl picks the GPU's reset strategy (the stock) and leaves out
