@@ -123,9 +123,9 @@ FREE = frozenset(  # instructions that launch nothing: views, tuples, constants
 class Loop:
     """One while loop of a program (or the program itself, `trips` 1): `name` is its
     instruction's, `scope` its op_name; `runs` how many times its body runs in one call
-    of the program (None: its trip count is unknown, or nested in such a loop, and it
-    is counted as if it ran once a time it is entered); `launches` what one trip
-    launches outside the loops nested in it."""
+    of the program (None: its trip count is unknown, or it is nested in such a loop;
+    its body is then counted once each time the loop is entered); `launches` what one
+    trip launches outside the loops nested in it."""
 
     name: str
     scope: str
