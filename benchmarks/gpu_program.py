@@ -9,14 +9,24 @@ stages, metarl's resets, the rest). A loop whose trip count XLA cannot tell is a
 whose predicate the host reads at every trip: it is listed, and its body counted
 once each time the loop is entered.
 
+It also reads what the GPU runtime does with the program (XLA's dump of its thunk
+sequence): per env step, how many command buffers (CUDA graphs) the host launches, how
+many kernels, copies and library calls it launches one by one outside them, and how
+often it waits for the GPU (a loop of unknown trip count copies its predicate to the
+host before every trip). A step on a GPU costs roughly the larger of the two: the
+host's launches, or the device's kernels. For the kernels it estimates the bytes each
+launch moves (`traffic`): over the card's bandwidth, a memory-bound kernel's time,
+caches aside.
+
 Why: most sessions have no GPU, and the GPU's program is not the CPU's: XLA fuses
 differently, and metarl picks the GPU's reset strategy (the stock) and leaves out
 MJX's CPU fence when JAX's default backend is a GPU, which is what this compile
 pretends (`jax.default_backend` reads "gpu" while the variants are built and traced;
 MJX reads it too, only to pick sparse matrices on a TPU). A count is not a time: a
 kernel that reads 8192 envs' contacts costs more than one that adds two numbers, and
-the host's gaps between kernels are not in it. It tells where two variants' programs
-differ, without a GPU; `env_throughput --profile` on a GPU tells what that costs.
+which of host or device bounds a step shows only on the GPU. It tells where two
+variants' programs differ, without a GPU; `env_throughput --profile` on a GPU tells
+what that costs.
 
 Needs the CUDA plugin of the installed jaxlib (about 130 MB, no NVIDIA libraries)
 and CUDA's `ptxas`, with which XLA assembles its kernels (a CUDA toolkit, or
@@ -36,8 +46,10 @@ import collections
 import dataclasses
 import importlib.metadata
 import json
+import math
 import os
 import re
+import tempfile
 import time
 from pathlib import Path
 from unittest import mock
@@ -135,9 +147,10 @@ class Loop:
     depth: int
 
 
-def _computations(hlo: str) -> tuple[dict[str, list[tuple[str, str, str]]], str]:
-    """{computation: [(instruction, opcode, operands and attributes)]}, and the entry's name."""
-    comps, current, entry = {}, None, None
+def _computations(hlo: str) -> tuple[dict[str, list[tuple[str, str, str]]], str, dict[str, str]]:
+    """{computation: [(instruction, opcode, operands and attributes)]}, the entry's name,
+    and {instruction: its shape}."""
+    comps, current, entry, shapes = {}, None, None, {}
     for line in hlo.splitlines():
         head = re.match(r"(ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
         if head:
@@ -146,19 +159,94 @@ def _computations(hlo: str) -> tuple[dict[str, list[tuple[str, str, str]]], str]
         elif line.startswith("}"):
             current = None
         elif current is not None:
-            m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = .*? ([a-z][\w\-]*)\((.*)$", line)
+            m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = (.*?) ([a-z][\w\-]*)\((.*)$", line)
             if m:
-                current.append(m.groups())
+                name, shape, op, rest = m.groups()
+                current.append((name, op, rest))
+                shapes[name] = shape
     if entry is None:
         raise ValueError("no ENTRY computation: pass a compiled program (compiled.as_text())")
-    return comps, entry
+    return comps, entry, shapes
+
+
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2}
+_SLICING = frozenset({"gather", "dynamic-slice", "slice"})
+_IN_PLACE = {"scatter": 2, "dynamic-update-slice": 1}  # which operand is the update
+
+
+def _size(shape: str) -> int:
+    """The bytes of an HLO shape (of a tuple: of all its elements)."""
+    return sum(
+        _DTYPE_BYTES.get(dtype, 8 if dtype.endswith("64") else 4)
+        * math.prod(int(d) for d in dims.split(",") if d)
+        for dtype, dims in re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", shape)
+    )
+
+
+def _operands(rest: str) -> list[str]:
+    return re.findall(r"%([\w.\-]+)", rest.split(")", 1)[0])
+
+
+def traffic(hlo: str) -> dict[str, int]:
+    """{instruction: the bytes of memory one launch of it reads and writes}, an estimate
+    for each instruction `launches` counts: its operands read once and its result written
+    once, except that an operand only sliced (gather, dynamic-slice, slice) is read as
+    the slices, and an update in place (scatter, dynamic-update-slice: XLA aliases the
+    buffer) reads and writes the update alone. Caches and fusions' recomputation aside."""
+    comps, _, shapes = _computations(hlo)
+    fused = {m.group(1) for m in re.finditer(r" fusion\(.*?, calls=%?([\w.\-]+)", hlo)}
+    out = {}
+    for comp_name, comp in comps.items():
+        if comp_name in fused:  # a fusion's instructions: in its one launch
+            continue
+        for name, op, rest in comp:
+            if op in FREE or op in ("while", "call", "conditional"):
+                continue
+            called = re.search(r"calls=%?([\w.\-]+)", rest) if op == "fusion" else None
+            if called:
+                out[name] = _fusion_traffic(comps[called.group(1)], shapes)
+            elif op in _IN_PLACE:
+                out[name] = 2 * _size(shapes[_operands(rest)[_IN_PLACE[op]]])
+            elif op in _SLICING or op == "copy":
+                out[name] = 2 * _size(shapes[name])
+            else:
+                out[name] = _size(shapes[name]) + sum(_size(shapes[o]) for o in _operands(rest))
+    return out
+
+
+def _fusion_traffic(body: list[tuple[str, str, str]], shapes: dict[str, str]) -> int:
+    """`traffic` of one launch of the fusion whose computation is `body`."""
+    users = collections.defaultdict(list)
+    ops = {name: (op, _operands(rest)) for name, op, rest in body}
+    for name, (_, operands) in ops.items():
+        for o in operands:
+            users[o].append(name)
+    root = body[-1][0]  # XLA prints a computation's root last
+    results = ops[root][1] if ops[root][0] == "tuple" else [root]
+    written, in_place = 0, set()
+    for r in results:
+        op, operands = ops.get(r, ("", []))
+        if op in _IN_PLACE:
+            written += _size(shapes[operands[_IN_PLACE[op]]])
+            in_place.add(operands[0])
+        else:
+            written += _size(shapes[r])
+    read = 0
+    for name, (op, _) in ops.items():
+        if op != "parameter" or name in in_place:
+            continue
+        if users[name] and all(ops[u][0] in _SLICING for u in users[name]):
+            read += min(_size(shapes[name]), sum(_size(shapes[u]) for u in users[name]))
+        else:
+            read += _size(shapes[name])
+    return read + written
 
 
 def launches(hlo: str) -> tuple[list[Loop], collections.Counter]:
     """The loops of a compiled program's text, outermost first, and {instruction: how many
     times one call of the program launches it} over every instruction that launches
     work (not `FREE`). A conditional counts every branch, as if each ran (an upper bound)."""
-    comps, entry = _computations(hlo)
+    comps, entry, _ = _computations(hlo)
     loops: list[Loop] = []
     counts: collections.Counter = collections.Counter()
 
@@ -209,17 +297,24 @@ def _called(attributes: str, key: str) -> str:
     return re.search(rf"{key}=%?([\w.\-]+)", attributes).group(1)
 
 
-def per_step(hlo: str, steps: int) -> dict:
+def per_step(hlo: str, steps: int, program: Program | None = None) -> dict:
     """What one env step launches in a rollout of `steps` steps: in all, by stage
-    (`bench.STAGES`), and every loop's launches per trip and trips per step."""
+    (`bench.STAGES`), and every loop's launches per trip and trips per step; the bytes
+    its launches move (`traffic`), in all and by stage; with
+    `program` (whose text is `hlo`), also what the host does per step (`host_work`)."""
     loops, counts = launches(hlo)
     stages = bench._stages(hlo)  # noqa: SLF001
+    moved = traffic(hlo)
     by_stage: dict[str, float] = collections.Counter()
+    bytes_by_stage: dict[str, float] = collections.Counter()
     for name, n in counts.items():
         by_stage[stages.get(name, bench.REST)] += n / steps
+        bytes_by_stage[stages.get(name, bench.REST)] += moved.get(name, 0) * n / steps
     return {
         "launches_per_step": sum(counts.values()) / steps,
         "by_stage": dict(sorted(by_stage.items(), key=lambda kv: -kv[1])),
+        "bytes_per_step": sum(bytes_by_stage.values()),
+        "bytes_by_stage": dict(sorted(bytes_by_stage.items(), key=lambda kv: -kv[1])),
         "loops": [
             {
                 "scope": loop.scope[-80:],
@@ -231,7 +326,107 @@ def per_step(hlo: str, steps: int) -> dict:
             for loop in loops
         ],
         "unknown_trip_loops": sum(loop.trips is None for loop in loops),
+        "host_per_step": None
+        if program is None
+        else {
+            k: v / steps
+            for k, v in host_work(
+                thunk_sequence(program.thunks), while_trips(hlo, program.metadata)
+            ).items()
+        },
     }
+
+
+@dataclasses.dataclass
+class Thunk:
+    """One step of XLA's GPU runtime (its thunk sequence): `kind` as XLA names it
+    (kCommandBuffer, kWhile, kCustomKernel, kCopy, ...), `id` its thunk id; `inner`
+    a command buffer's commands or a sequence's thunks, `condition` and `body` a while
+    loop's."""
+
+    kind: str
+    id: int
+    inner: list[Thunk] = dataclasses.field(default_factory=list)
+    condition: list[Thunk] = dataclasses.field(default_factory=list)
+    body: list[Thunk] = dataclasses.field(default_factory=list)
+
+
+def thunk_sequence(text: str) -> list[Thunk]:
+    """The thunks of XLA's dump of a program's thunk sequence (the file
+    `*.thunk_sequence_after_thunk_passes.txt`, or `*.thunk_sequence.txt` where the
+    passes changed nothing), nested as the dump indents them."""
+    items = []  # (indent, kind or label, id)
+    for line in text.splitlines():
+        label = re.match(r"\s*(condition|body):\s*$", line)
+        if label:
+            items.append((len(line) - len(line.lstrip()), label.group(1), -1))
+            continue
+        # a sequence's first thunk shares its line, further right: nested in it
+        for m in re.finditer(r"(\d{3}): (k\w+)", line):
+            items.append((m.start(), m.group(2), int(m.group(1))))
+    top = Thunk("program", -1)
+    stack: list[tuple[int, Thunk]] = []
+    section: dict[int, str] = {}  # a while's id: which of its lists takes its next thunk
+    for indent, kind, ident in items:
+        if kind in ("condition", "body"):
+            if kind == "body":  # "condition:" starts its line; "body:" is indented
+                while stack and stack[-1][0] >= indent:
+                    stack.pop()
+            owner = next(t for _, t in reversed(stack) if t.kind == "kWhile")
+            section[id(owner)] = kind
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        parent = stack[-1][1] if stack else top
+        thunk = Thunk(kind, ident)
+        getattr(parent, section.get(id(parent), "inner")).append(thunk)
+        stack.append((indent, thunk))
+    return top.inner
+
+
+def while_trips(hlo: str, metadata: str) -> dict[int, int | None]:
+    """{a while thunk's id: its trip count}, None where XLA cannot tell it: read from
+    the dump's thunk metadata (which instruction each thunk runs) and the program."""
+    known = {loop.name: loop.trips for loop in launches(hlo)[0][1:]}
+    trips = {}
+    for block in re.findall(r"thunk_metadata \{(.*?)\n\}", metadata, re.S):
+        kind = re.search(r'thunk_kind: "(\w+)"', block)
+        ident = re.search(r"thunk_id: (\d+)", block)
+        name = re.search(r'profile_annotation: "([^"]+)"', block)
+        if kind and kind.group(1) == "kWhile" and ident and name:
+            trips[int(ident.group(1))] = known.get(name.group(1))
+    return trips
+
+
+def host_work(sequence: list[Thunk], trips: dict[int, int | None]) -> collections.Counter:
+    """What the host does in one call of a program, from its thunk sequence: `graphs`,
+    the command buffers it launches (each a CUDA graph of kernels); `launches`, the
+    thunks it launches one by one (kernels, copies, library calls outside a graph);
+    `syncs`, the times it waits for the GPU to read a loop's predicate (a while loop of
+    unknown trip count waits before each trip and once more to stop); `in_graphs`, the
+    commands in the graphs it launches. A loop of unknown trips is counted as one trip
+    each time it is entered (`unknown_loops` counts those entries)."""
+    work: collections.Counter = collections.Counter()
+
+    def visit(seq: list[Thunk], runs: int) -> None:
+        for t in seq:
+            if t.kind == "kCommandBuffer":
+                work["graphs"] += runs
+                work["in_graphs"] += runs * len(t.inner)
+            elif t.kind == "kWhile":
+                n = trips.get(t.id)
+                if n is None:
+                    work["unknown_loops"] += runs
+                    work["syncs"] += 2 * runs
+                    visit(t.condition, 2 * runs)
+                visit(t.body, runs * (n or 1))
+            elif t.inner:
+                visit(t.inner, runs)
+            else:
+                work["launches"] += runs
+
+    visit(sequence, 1)
+    return work
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,9 +443,20 @@ class Config:
     dump_hlo: str | None = None  # a folder for each variant's GPU program (.hlo)
 
 
-def compile_for(device, label: str, name: str, cfg: Config) -> str:
-    """The text of variant `label`'s rollout (`env_throughput._build`), compiled for
-    `device`, built and traced as on a GPU."""
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """A variant's program compiled for a GPU: `hlo` its text after XLA's passes;
+    `thunks` and `metadata` XLA's dump of the thunk sequence the GPU runtime runs (with
+    its command buffers: CUDA graphs) and of which instruction each thunk runs."""
+
+    hlo: str
+    thunks: str
+    metadata: str
+
+
+def compile_for(device, label: str, name: str, cfg: Config) -> Program:
+    """Variant `label`'s rollout (`env_throughput._build`), compiled for `device`,
+    built and traced as on a GPU."""
     sharding = jax.sharding.SingleDeviceSharding(device)
     on_device = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)  # noqa: E731
     settings = bench.Config(
@@ -266,7 +472,25 @@ def compile_for(device, label: str, name: str, cfg: Config) -> str:
         rollout = bench._build(label, name, cfg.num_envs, settings)  # noqa: SLF001
         key = jax.random.key(0)
         state = jax.tree.map(on_device, jax.eval_shape(rollout.start, key))
-        return rollout.run.trace(on_device(key), state).lower().compile().as_text()
+        return compile_dumped(rollout.run.trace(on_device(key), state).lower())
+
+
+def compile_dumped(lowered) -> Program:
+    """Compile `lowered` (a `jax.stages.Lowered` for a GPU) with XLA's dumps on, and
+    read back its program and its thunk sequence."""
+    with tempfile.TemporaryDirectory() as folder:
+        compiled = lowered.compile(compiler_options={"xla_dump_to": folder})
+
+        def dumped(suffix: str) -> str | None:
+            found = sorted(Path(folder).glob(f"*{suffix}"))
+            return found[-1].read_text() if found else None
+
+        thunks = dumped(".thunk_sequence_after_thunk_passes.txt")
+        thunks = thunks if thunks is not None else dumped(".thunk_sequence.txt")
+        metadata = dumped(".thunk_metadata.txt")
+        if thunks is None or metadata is None:
+            raise RuntimeError(f"XLA dumped no thunk sequence: is {lowered} for a GPU?")
+        return Program(compiled.as_text(), thunks, metadata)
 
 
 def main(cfg: Config) -> None:
@@ -283,12 +507,13 @@ def main(cfg: Config) -> None:
         rows = results["envs"][name] = {}
         for label in cfg.variants:
             t0 = time.perf_counter()
-            hlo = compile_for(device, label, name, cfg)
+            program = compile_for(device, label, name, cfg)
             if cfg.dump_hlo:
-                path = Path(cfg.dump_hlo) / f"{name}_{cfg.num_envs}_{label}_{cfg.gpu}.hlo"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(hlo)
-            rows[label] = per_step(hlo, cfg.steps)
+                stem = Path(cfg.dump_hlo) / f"{name}_{cfg.num_envs}_{label}_{cfg.gpu}"
+                stem.parent.mkdir(parents=True, exist_ok=True)
+                stem.with_suffix(".hlo").write_text(program.hlo)
+                stem.with_suffix(".thunks").write_text(program.thunks)
+            rows[label] = per_step(program.hlo, cfg.steps, program)
             rows[label]["compile_s"] = time.perf_counter() - t0
             if (name, label) in bench._STRATEGY:  # noqa: SLF001 (what "auto" resolved to)
                 rows[label]["reset_strategy"] = bench._STRATEGY[name, label]  # noqa: SLF001
@@ -324,6 +549,20 @@ def _print(name: str, cfg: Config, rows: dict) -> None:
             where = loop["scope"] or "the program"
             indent = "  " * (loop["depth"] + 2)
             print(f"{indent}{loop['launches_per_trip']} per trip, {per}: {where}")
+    print(f"\nper env step on {cfg.gpu}: what the host does (XLA's thunk sequence), MB moved")
+    print(
+        "| variant | graphs | launches outside graphs | host syncs | in graphs | MB | "
+        + " | ".join(f"MB {s}" for s in stages)
+        + " |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in stages) + " |")
+    for label, r in rows.items():
+        h = collections.Counter(r["host_per_step"])
+        mb = " | ".join(f"{r['bytes_by_stage'].get(s, 0) / 1e6:.1f}" for s in stages)
+        print(
+            f"| {label} | {h['graphs']:.2f} | {h['launches']:.2f} | {h['syncs']:.3f} |"
+            f" {h['in_graphs']:.1f} | {r['bytes_per_step'] / 1e6:.1f} | {mb} |"
+        )
 
 
 if __name__ == "__main__":

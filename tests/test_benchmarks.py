@@ -415,12 +415,8 @@ def _gpu_program(monkeypatch):
     return _load("gpu_program")
 
 
-def test_gpu_program_counts_each_launch_as_often_as_its_loops_run(monkeypatch):
-    """An operation in a scan of 3 inside a scan of n launches 3n times a call; one in a
-    while loop whose trip count the host reads is counted once each time that loop is
-    entered, and the loop is reported as such; a loop's condition runs trips + 1 times."""
-    gp = _gpu_program(monkeypatch)
-    n = 7
+def _loops_program(n: int):
+    """A scan of n trips, holding a scan of 3 and a while loop of data-dependent trips."""
 
     def inner(c, _):
         with jax.named_scope("inner_body"):
@@ -432,8 +428,16 @@ def test_gpu_program_counts_each_launch_as_often_as_its_loops_run(monkeypatch):
             c = jax.lax.while_loop(lambda c: c.sum() < 1e6, lambda c: jnp.cos(c) * 3 + c, c)
         return c, c.sum()
 
-    run = jax.jit(lambda x: jax.lax.scan(outer, x, None, length=n))
-    hlo = run.lower(jnp.ones(64)).compile().as_text()
+    return jax.jit(lambda x: jax.lax.scan(outer, x, None, length=n))
+
+
+def test_gpu_program_counts_each_launch_as_often_as_its_loops_run(monkeypatch):
+    """An operation in a scan of 3 inside a scan of n launches 3n times a call; one in a
+    while loop whose trip count the host reads is counted once each time that loop is
+    entered, and the loop is reported as such; a loop's condition runs trips + 1 times."""
+    gp = _gpu_program(monkeypatch)
+    n = 7
+    hlo = _loops_program(n).lower(jnp.ones(64)).compile().as_text()
     loops, counts = gp.launches(hlo)
     assert [(loop.trips, loop.runs, loop.depth) for loop in loops] == [
         (1, 1, 0),
@@ -476,3 +480,141 @@ def test_gpu_program_names_the_gpus_it_knows_and_the_plugin_it_needs(monkeypatch
             gp.gpu_device("h100")
     else:  # compiles for the card without one
         assert gp.gpu_device("h100").device_kind == "NVIDIA H100 80GB HBM3"
+
+
+# XLA's dump of a thunk sequence (`*.thunk_sequence_after_thunk_passes.txt`), in its
+# layout less the kernels' launch sizes: a while loop of 7 trips whose body launches
+# two command buffers, a sequence (its first thunk on its line) and a loop of unknown
+# trips
+_THUNKS = """\
+001: kCopy         [source       | next=002 (1)] kCopy
+002: kWhile        [prev=001 (1) | next=014 (1)]   
+condition:
+    003: kCustomKernel [source | sink] loop_compare_fusion
+  body:
+    000: kCommandBuffer      [source       | next=008 (1)] 
+        004: kCopy         [source | sink] kCopy
+        005: kCustomKernel [source | sink] loop_add_fusion
+    008: kSequential [prev=000 (1) | next=009 (1)]          006: kCopy [source | next=007 (1)] kCopy
+      007: kTriangularSolve [prev=006 (1) | sink        ] (no description)
+    009: kWhile              [prev=008 (1) | next=000 (1)]       
+condition:
+        010: kCustomKernel [source | sink] loop_compare_fusion_1
+      body:
+        011: kCustomKernel [source | sink] loop_add_fusion_1
+    000: kCommandBuffer      [prev=009 (1) | sink        ] 
+        012: kCustomKernel [source       | next=013 (1)] input_reduce_fusion
+        013: kCustomKernel [prev=012 (1) | sink        ] loop_select_fusion
+014: kCustomKernel [prev=002 (1) | sink        ] input_reduce_fusion_1
+"""
+
+
+def test_gpu_program_counts_what_the_host_does_from_the_thunk_sequence(monkeypatch):
+    """Each trip of the 7 launches two graphs (four commands in them), a copy and a
+    triangular solve, and enters the loop of unknown trips: the host waits for its
+    predicate twice (one trip, then the stop), and launches its condition twice and its
+    body once. The loops' trip counts come from the program the metadata names."""
+    gp = _gpu_program(monkeypatch)
+    seq = gp.thunk_sequence(_THUNKS)
+    assert [t.kind for t in seq] == ["kCopy", "kWhile", "kCustomKernel"]
+    assert [t.kind for t in seq[1].body] == [
+        "kCommandBuffer",
+        "kSequential",
+        "kWhile",
+        "kCommandBuffer",
+    ]
+    assert [t.id for t in seq[1].body[1].inner] == [6, 7]
+    assert [t.id for t in seq[1].body[2].condition] == [10]
+    assert [t.id for t in seq[1].body[2].body] == [11]
+
+    n = 7
+    hlo = _loops_program(n).lower(jnp.ones(64)).compile().as_text()
+    loops, _ = gp.launches(hlo)
+    known = next(loop.name for loop in loops if loop.trips == n)
+    unknown = next(loop.name for loop in loops if loop.trips is None)
+    metadata = "".join(
+        f'thunk_metadata {{\n  thunk_info {{\n    profile_annotation: "{name}"\n'
+        f'    thunk_id: {ident}\n  }}\n  thunk_kind: "{kind}"\n}}\n'
+        for name, ident, kind in [
+            ("copy.1", 1, "kCopy"),
+            (known, 2, "kWhile"),
+            (unknown, 9, "kWhile"),
+        ]
+    )
+    trips = gp.while_trips(hlo, metadata)
+    assert trips == {2: n, 9: None}
+    assert gp.host_work(seq, trips) == {
+        "graphs": 2 * n,
+        "in_graphs": 4 * n,
+        "launches": 2 + (2 + 2 + 1) * n,
+        "syncs": 2 * n,
+        "unknown_loops": n,
+    }
+
+
+def test_gpu_program_reads_the_thunk_sequence_xla_compiles_for_a_gpu(monkeypatch):
+    """Compiled for an H100 (with the CUDA plugin: not in CI), the loop of unknown trips
+    makes the host wait for the GPU twice each time it is entered."""
+    gp = _gpu_program(monkeypatch)
+    try:
+        device = gp.gpu_device("h100")
+    except RuntimeError:
+        pytest.skip("no CUDA plugin to compile for a GPU")
+    n = 7
+    x = jax.ShapeDtypeStruct((64,), jnp.float32, sharding=jax.sharding.SingleDeviceSharding(device))
+    program = gp.compile_dumped(_loops_program(n).trace(x).lower())
+    step = gp.per_step(program.hlo, n, program)
+    assert step["host_per_step"]["syncs"] == 2
+    assert step["host_per_step"]["unknown_loops"] == 1
+    assert step["launches_per_step"] >= step["host_per_step"]["launches"] > 0
+
+
+# a program in XLA's text: an update in place of one row, a select of rows gathered
+# from a stack of 8, and a copy
+_TRAFFIC_HLO = """\
+HloModule m
+
+%fused_update (b: f32[64,16], u: f32[1,16], i: s32[]) -> f32[64,16] {
+  %b = f32[64,16]{1,0} parameter(0)
+  %u = f32[1,16]{1,0} parameter(1)
+  %i = s32[] parameter(2)
+  %zero = s32[] constant(0)
+  ROOT %dus = f32[64,16]{1,0} dynamic-update-slice(%b, %u, %i, %zero)
+}
+
+%fused_pick (x: f32[64,16], s: f32[8,64,16], i.1: s32[64,3], m: pred[64,16]) -> f32[64,16] {
+  %s = f32[8,64,16]{2,1,0} parameter(1)
+  %i.1 = s32[64,3]{1,0} parameter(2)
+  %g = f32[64,16]{1,0} gather(%s, %i.1), index_vector_dim=1, slice_sizes={1,1,16}
+  %m = pred[64,16]{1,0} parameter(3)
+  %x = f32[64,16]{1,0} parameter(0)
+  ROOT %select.1 = f32[64,16]{1,0} select(%m, %g, %x)
+}
+
+ENTRY %main (p0: f32[64,16], p1: f32[1,16], p2: s32[], p3: f32[8,64,16]) -> f32[64,16] {
+  %p0 = f32[64,16]{1,0} parameter(0)
+  %p1 = f32[1,16]{1,0} parameter(1)
+  %p2 = s32[] parameter(2)
+  %p3 = f32[8,64,16]{2,1,0} parameter(3)
+  %p4 = s32[64,3]{1,0} parameter(4)
+  %p5 = pred[64,16]{1,0} parameter(5)
+  %update = f32[64,16]{1,0} fusion(%p0, %p1, %p2), kind=kLoop, calls=%fused_update
+  %pick = f32[64,16]{1,0} fusion(%update, %p3, %p4, %p5), kind=kLoop, calls=%fused_pick
+  ROOT %copy.1 = f32[64,16]{1,0} copy(%pick)
+}
+"""
+
+
+def test_gpu_program_estimates_the_bytes_each_launch_moves(monkeypatch):
+    """The update in place moves its row (read, written) and its index, not the buffer;
+    the select reads its two sides, the gathered rows and not the stack of 8, its mask,
+    and writes its result; the copy reads and writes its array."""
+    gp = _gpu_program(monkeypatch)
+    rows = 64 * 16 * 4
+    assert gp.traffic(_TRAFFIC_HLO) == {
+        "update": 16 * 4 + 4 + 16 * 4,
+        "pick": rows + rows + 64 * 3 * 4 + 64 * 16 + rows,
+        "copy.1": 2 * rows,
+    }
+    _, counts = gp.launches(_TRAFFIC_HLO)
+    assert set(counts) == {"update", "pick", "copy.1"}
