@@ -403,9 +403,10 @@ def host_work(sequence: list[Thunk], trips: dict[int, int | None]) -> collection
     the command buffers it launches (each a CUDA graph of kernels); `launches`, the
     thunks it launches one by one (kernels, copies, library calls outside a graph);
     `syncs`, the times it waits for the GPU to read a loop's predicate (a while loop of
-    unknown trip count waits before each trip and once more to stop); `in_graphs`, the
-    commands in the graphs it launches. A loop of unknown trips is counted as one trip
-    each time it is entered (`unknown_loops` counts those entries)."""
+    unknown trip count waits before each trip and once more to stop, a conditional
+    before it branches); `in_graphs`, the commands in the graphs it launches. A loop of
+    unknown trips is counted as one trip each time it is entered (`unknown_loops` counts
+    those entries); a conditional counts every branch, as if each ran."""
     work: collections.Counter = collections.Counter()
 
     def visit(seq: list[Thunk], runs: int) -> None:
@@ -420,6 +421,9 @@ def host_work(sequence: list[Thunk], trips: dict[int, int | None]) -> collection
                     work["syncs"] += 2 * runs
                     visit(t.condition, 2 * runs)
                 visit(t.body, runs * (n or 1))
+            elif t.kind == "kConditional":  # reads its branch index on the host
+                work["syncs"] += runs
+                visit(t.inner, runs)
             elif t.inner:
                 visit(t.inner, runs)
             else:
