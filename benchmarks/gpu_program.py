@@ -362,7 +362,7 @@ def thunk_sequence(text: str) -> list[Thunk]:
             items.append((len(line) - len(line.lstrip()), label.group(1), -1))
             continue
         # a sequence's first thunk shares its line, further right: nested in it
-        for m in re.finditer(r"(\d{3}): (k\w+)", line):
+        for m in re.finditer(r"\b(\d{3,}): (k\w+)", line):
             items.append((m.start(), m.group(2), int(m.group(1))))
     top = Thunk("program", -1)
     stack: list[tuple[int, Thunk]] = []

@@ -485,7 +485,7 @@ def test_gpu_program_names_the_gpus_it_knows_and_the_plugin_it_needs(monkeypatch
 # XLA's dump of a thunk sequence (`*.thunk_sequence_after_thunk_passes.txt`), in its
 # layout less the kernels' launch sizes: a while loop of 7 trips whose body launches
 # two command buffers, a sequence (its first thunk on its line) and a loop of unknown
-# trips; then a conditional of two branches
+# trips; then a conditional of two branches, whose thunks' ids have four digits
 _THUNKS = """\
 001: kCopy         [source       | next=002 (1)] kCopy
 002: kWhile        [prev=001 (1) | next=014 (1)]   
@@ -505,13 +505,13 @@ condition:
     000: kCommandBuffer      [prev=009 (1) | sink        ] 
         012: kCustomKernel [source       | next=013 (1)] input_reduce_fusion
         013: kCustomKernel [prev=012 (1) | sink        ] loop_select_fusion
-014: kCustomKernel [prev=002 (1) | next=015 (1)] input_reduce_fusion_1
-015: kConditional  [prev=014 (1) | sink        ]   
+014: kCustomKernel [prev=002 (1) | next=999 (1)] input_reduce_fusion_1
+999: kConditional  [prev=014 (1) | sink        ]   
 
 false_branch:
-    016: kCustomKernel [source | sink] loop_add_fusion_2
+    1000: kCustomKernel [source | sink] loop_add_fusion_2
 true_branch:
-    017: kCopy [source | sink] kCopy
+    1001: kCopy [source | sink] kCopy
 """
 
 
@@ -524,7 +524,7 @@ def test_gpu_program_counts_what_the_host_does_from_the_thunk_sequence(monkeypat
     gp = _gpu_program(monkeypatch)
     seq = gp.thunk_sequence(_THUNKS)
     assert [t.kind for t in seq] == ["kCopy", "kWhile", "kCustomKernel", "kConditional"]
-    assert [t.id for t in seq[3].inner] == [16, 17]
+    assert [t.id for t in seq[3].inner] == [1000, 1001]  # past 999: four digits
     assert [t.kind for t in seq[1].body] == [
         "kCommandBuffer",
         "kSequential",
