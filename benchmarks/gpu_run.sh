@@ -21,6 +21,9 @@
 #   bash benchmarks/gpu_run.sh diagnose     # ant (mjx): plain, Brax DR (and two diagnostics
 #                                           # of it), auto: every kernel per env step, by
 #                                           # MJX's stage; traces and HLO kept (~4 min)
+#   bash benchmarks/gpu_run.sh graphs       # hopper, inverted_pendulum at 8192: plain and
+#                                           # auto, with XLA's default CUDA graphs and with
+#                                           # every run of kernels in one (~5 min)
 #   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
 #                                           # pool, its cond guard, derived constants; ant mjx
 #   bash benchmarks/gpu_run.sh first        # then at once (~8 min): time to the first update
@@ -32,7 +35,7 @@
 # command has its own time limit, so one that hangs costs its share, not the call.
 # SMOKE=1 shrinks every size, to check the script on a CPU in a few minutes.
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh essential | stock | depth | diagnose | headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
+stage=${1:?"usage: gpu_run.sh essential | stock | depth | diagnose | graphs | headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
 shift
 out=${OUT:-/tmp/gpu_run}
 mkdir -p "$out"
@@ -209,6 +212,22 @@ depth)
   fi
   run 400 depth python3 benchmarks/ppo_profile.py "${d[@]}" --cores mlp \
     --strategies stock stock@4 stock@1
+  ;;
+graphs)
+  # XLA leaves a run of fewer than 5 kernels outside its CUDA graphs, each kernel then
+  # launched alone by the host. Compiled for an H100 (gpu_program.py, 2026-11-28), the
+  # host launches 816 graphs and kernels a hopper step (plain Brax; the stock 820) and
+  # 320 (326) with every run in a graph; inverted_pendulum 1626 (the stock 1833: XLA
+  # leaves one more kernel of its solver loop outside) and 1426 (1430). Is the host
+  # what bounds these envs at 8192 on a GPU? Each setting in its own process (XLA_FLAGS
+  # is read once): its ratios side by side, its steps/s against the other process's
+  if [ "$smoke" = 1 ]; then g=(--envs inverted_pendulum --num-envs 64 --steps 16 --rounds 2)
+  else g=(--envs hopper inverted_pendulum --num-envs 8192 --steps 100 --rounds 3); fi
+  run 240 graphs_default python3 benchmarks/env_throughput.py "${g[@]}" \
+    --variants plain contextual --out "$out/graphs_default"
+  run 240 graphs_all env XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_graph_min_graph_size=1" \
+    python3 benchmarks/env_throughput.py "${g[@]}" --variants plain contextual \
+    --out "$out/graphs_all"
   ;;
 profile)
   if [ "$smoke" = 1 ]; then
