@@ -300,8 +300,8 @@ def _called(attributes: str, key: str) -> str:
 def per_step(hlo: str, steps: int, program: Program | None = None) -> dict:
     """What one env step launches in a rollout of `steps` steps: in all, by stage
     (`bench.STAGES`), and every loop's launches per trip and trips per step; the bytes
-    its launches move (`traffic`), in all and by stage; with
-    `program` (whose text is `hlo`), also what the host does per step (`host_work`)."""
+    its launches move (`traffic`), in all and by stage; with `program` (whose text is
+    `hlo`), also what the host does per step (`host_work`)."""
     loops, counts = launches(hlo)
     stages = bench._stages(hlo)  # noqa: SLF001
     moved = traffic(hlo)
