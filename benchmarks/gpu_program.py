@@ -194,7 +194,7 @@ def traffic(hlo: str) -> dict[str, int]:
     the slices, and an update in place (scatter, dynamic-update-slice: XLA aliases the
     buffer) reads and writes the update alone. Caches and fusions' recomputation aside."""
     comps, _, shapes = _computations(hlo)
-    fused = {m.group(1) for m in re.finditer(r" fusion\(.*?, calls=%?([\w.\-]+)", hlo)}
+    fused = {_called(rest, "calls") for c in comps.values() for _, op, rest in c if op == "fusion"}
     out = {}
     for comp_name, comp in comps.items():
         if comp_name in fused:  # a fusion's instructions: in its one launch
@@ -202,9 +202,8 @@ def traffic(hlo: str) -> dict[str, int]:
         for name, op, rest in comp:
             if op in FREE or op in ("while", "call", "conditional"):
                 continue
-            called = re.search(r"calls=%?([\w.\-]+)", rest) if op == "fusion" else None
-            if called:
-                out[name] = _fusion_traffic(comps[called.group(1)], shapes)
+            if op == "fusion":
+                out[name] = _fusion_traffic(comps[_called(rest, "calls")], shapes)
             elif op in _IN_PLACE:
                 out[name] = 2 * _size(shapes[_operands(rest)[_IN_PLACE[op]]])
             elif op in _SLICING or op == "copy":
@@ -331,7 +330,7 @@ def per_step(hlo: str, steps: int, program: Program | None = None) -> dict:
         else {
             k: v / steps
             for k, v in host_work(
-                thunk_sequence(program.thunks), while_trips(hlo, program.metadata)
+                thunk_sequence(program.thunks), while_trips(loops, program.metadata)
             ).items()
         },
     }
@@ -384,10 +383,11 @@ def thunk_sequence(text: str) -> list[Thunk]:
     return top.inner
 
 
-def while_trips(hlo: str, metadata: str) -> dict[int, int | None]:
+def while_trips(loops: list[Loop], metadata: str) -> dict[int, int | None]:
     """{a while thunk's id: its trip count}, None where XLA cannot tell it: read from
-    the dump's thunk metadata (which instruction each thunk runs) and the program."""
-    known = {loop.name: loop.trips for loop in launches(hlo)[0][1:]}
+    the dump's thunk metadata (which instruction each thunk runs) and the program's
+    `loops` (`launches`)."""
+    known = {loop.name: loop.trips for loop in loops[1:]}
     trips = {}
     for block in re.findall(r"thunk_metadata \{(.*?)\n\}", metadata, re.S):
         kind = re.search(r'thunk_kind: "(\w+)"', block)

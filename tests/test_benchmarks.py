@@ -549,7 +549,7 @@ def test_gpu_program_counts_what_the_host_does_from_the_thunk_sequence(monkeypat
             (unknown, 9, "kWhile"),
         ]
     )
-    trips = gp.while_trips(hlo, metadata)
+    trips = gp.while_trips(loops, metadata)
     assert trips == {2: n, 9: None}
     assert gp.host_work(seq, trips) == {
         "graphs": 2 * n,
