@@ -93,7 +93,7 @@ def describe_env(env: ContextualEnv) -> dict[str, Any]:
         "episode_length": env.episode_length,
         "episodes_per_trial": env.episodes_per_trial,
         "visible_context": env.visible_context,
-        # strategies agree bit for bit on a CPU, to float rounding on a GPU
+        # strategies agree to float rounding, not bit for bit: a resume must use the same
         "reset_strategy": env.reset_strategy,
         "reset_chunk": env.reset_chunk,
         # the env's own space: its default ranges, and the scale of a visible context

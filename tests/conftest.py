@@ -10,20 +10,29 @@ and the no-recompile tests stay exact (tests/test_compilation.py).
 Set METARL_TEST_JAX_CACHE=0 to switch it off.
 
 XLA's older CPU emitters (`--xla_cpu_use_fusion_emitters=false`, added to XLA_FLAGS
-for the workers and every subprocess they start): the suite is mostly compilation
-(about two thirds of its time), and a contextual env's programs compile about 35%
+for the workers and every subprocess they start): the suite is mostly tracing and
+compiling (METARL_TEST_PROFILE below), and a contextual env's programs compile about 35%
 faster with them (inverted_pendulum's rollout 6.9 -> 4.2 s, hopper's 14.6 -> 10.2 s;
-the suite cold on 2 cores 20-21 -> 13 minutes). What the tests check holds with either
-emitters: the strategies agree bit for bit, MJX's drift without the fence still shows.
+the suite cold on 2 cores 20-21 -> 13 minutes then, 19 minutes now). What the tests
+check holds with either emitters: the strategies agree bit for bit where tested.
 The one claim that compares two different programs bit for bit (tests/test_model_envs.py:
 the default context against plain MJX) holds with XLA's defaults only, and runs in a
 process of its own with them. Set METARL_TEST_XLA_DEFAULTS=1 to run everything with
 XLA's defaults.
+
+METARL_TEST_PROFILE=<folder>: where the suite's time goes. Each worker writes the
+seconds JAX spent tracing, lowering and compiling for each test (JAX's own monitoring
+events; subprocesses the tests start are left out), and the summary lists the totals
+and the tests that spent most. A cold run (JAX_COMPILATION_CACHE_DIR=<empty folder>)
+shows what CI pays.
 """
 
+import collections
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 FAST_COMPILE = "--xla_cpu_use_fusion_emitters=false"
@@ -69,3 +78,48 @@ def with_xla_defaults(module: str, call: str) -> str:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout.strip().split("\n")[-1]
+
+
+PROFILE = os.environ.get("METARL_TEST_PROFILE")
+_STAGES = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    "/jax/core/compile/backend_compile_duration": "compile",
+}
+_spent: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+_started = time.time()
+
+
+def _listen(event: str, duration: float, **_) -> None:
+    stage = _STAGES.get(event)
+    if stage is not None:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "(outside a test)").split(" ")[0]
+        _spent[test][stage] += duration
+
+
+if PROFILE:
+    import jax
+
+    jax.monitoring.register_event_duration_secs_listener(_listen)
+
+
+def pytest_sessionfinish(session):
+    if PROFILE and _spent:
+        Path(PROFILE).mkdir(parents=True, exist_ok=True)
+        (Path(PROFILE) / f"{os.getpid()}.json").write_text(json.dumps(_spent))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The profile of this run: the files the workers wrote since it started."""
+    if not PROFILE or hasattr(terminalreporter.config, "workerinput"):
+        return
+    tests: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for path in Path(PROFILE).glob("*.json"):
+        if path.stat().st_mtime >= _started:
+            for test, stages in json.loads(path.read_text()).items():
+                tests[test].update(stages)
+    total = sum(tests.values(), collections.Counter())
+    write = terminalreporter.write_line
+    write(f"JAX in the test processes: {', '.join(f'{k} {v:.0f} s' for k, v in total.items())}")
+    for test, stages in sorted(tests.items(), key=lambda kv: -kv[1].total())[:25]:
+        write(f"{stages.total():7.1f} s  {test}")

@@ -1,5 +1,6 @@
-"""Reset strategies: every strategy gives the same states, bit for bit, and the
-state a done env restarts from is its own fresh reset."""
+"""Reset strategies: the same states, bit for bit in the configurations here (in
+general to float rounding: metarl/envs/autoreset.py), and the state a done env
+restarts from is its own fresh reset."""
 
 from unittest import mock
 
@@ -256,10 +257,13 @@ def _rollout(reset, step, action_size, n, steps, refill=None, depth=1):
 
 
 def test_strategies_give_identical_states_on_mjx():
-    """MJX's step, fused differently into each strategy's program, drifted apart by
-    float rounding before any episode ended (hopper: 1.9e-6 by step 6). The fence
-    that prevents it, and the loop, keep alive no more of MJX's data than plain Brax
-    does: a barrier over the whole state, or a while loop, which JAX's dead-code
+    """Bit for bit at 8 envs. MJX's step, fused differently into each strategy's
+    program, once drifted apart before any episode ended (hopper: 1.9e-6 by step 6),
+    which a fence between the step and the reset's select prevented; on
+    2026-11-28 this rollout agreed without the fence too, and at 32 envs the loop
+    and dense part after the first resets, with the fence or without (1.9e-6 by
+    step 40). The fence and the loop keep alive no more of MJX's data than plain
+    Brax does: a barrier over the whole state, or a while loop, which JAX's dead-code
     elimination does not enter, kept all of it alive through every physics substep
     (here 17,016 numbers carried by one loop, against plain Brax's 7,767; ant's step
     took 10% longer). The stock ("auto" on a GPU), stocked and refilled as PPO's

@@ -626,3 +626,16 @@ def test_gpu_program_estimates_the_bytes_each_launch_moves(monkeypatch):
     }
     _, counts = gp.launches(_TRAFFIC_HLO)
     assert set(counts) == {"update", "pick", "copy.1"}
+
+
+def test_strategy_agreement_reports_the_largest_difference_and_the_first_step():
+    agree = _load("strategy_agreement")
+    same = np.arange(12, dtype=np.float32).reshape(3, 2, 2)
+    later = same.copy()
+    later[2, 1, 0] += 0.5  # step 2 only
+    later[1, 1, 0] += 2.0**-20  # and step 1, by a rounding
+    got = agree.compare((same, same[:, :, 0]), (same, later[:, :, 0]))
+    assert got == [(0.0, None), (0.5, 1)]
+    for strategies in (("loop",), ("loop", "sparse")):
+        with pytest.raises(ValueError, match="two or more of auto, loop"):
+            agree.main(agree.Config(strategies=strategies))

@@ -160,9 +160,11 @@ class ContextualEnv(Env):
         else:
             self._select = where_done(self._fresh, reset_chunk, reset_strategy)
         # On a CPU, a fence between MJX's physics and the reset's select: without it
-        # XLA fuses MJX's step with what follows, differently for each reset strategy,
-        # and the strategies drift apart by float rounding (hopper: 1.9e-6 within 40
-        # steps). Brax's own backends give identical states without it. On a GPU the
+        # XLA fused MJX's step with what follows, differently for each reset strategy,
+        # and the strategies drifted apart by float rounding (2026-11-24, hopper, 8
+        # envs: 1.9e-6 within 40 steps). On 2026-11-28 that rollout agreed without it,
+        # and at 32 envs the strategies part with it or without (1.9e-6 by step 40:
+        # they agree to float rounding, metarl/envs/autoreset.py). On a GPU the
         # fence cost a quarter of the throughput (ant, 8192 envs: 0.74x of plain Brax
         # with it, 1.00x without), and a GPU's own reductions already differ from one
         # process to the next (benchmarks/results/README.md), so it is CPU-only there
