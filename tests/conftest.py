@@ -13,7 +13,7 @@ XLA's older CPU emitters (`--xla_cpu_use_fusion_emitters=false`, added to XLA_FL
 for the workers and every subprocess they start): the suite is mostly tracing and
 compiling (METARL_TEST_PROFILE below), and a contextual env's programs compile about 35%
 faster with them (inverted_pendulum's rollout 6.9 -> 4.2 s, hopper's 14.6 -> 10.2 s;
-the suite cold on 2 cores 20-21 -> 13 minutes then, 19 minutes now). What the tests
+the suite cold on 2 cores 20-21 -> 13 minutes then, 19-20 minutes now). What the tests
 check holds with either emitters: the strategies agree bit for bit where tested.
 The one claim that compares two different programs bit for bit (tests/test_model_envs.py:
 the default context against plain MJX) holds with XLA's defaults only, and runs in a
