@@ -38,13 +38,8 @@ first reset is a program of its own, run before each timed call and not timed
 * contextual_pool_cond: the pool deciding whether to refill with `lax.cond`
   instead of a loop of 0 or 1 trips (on a GPU, a loop's predicate is read by the
   host at every step; a conditional may run inside a CUDA graph).
-* ablate_noreset, ablate_norebuild, ablate_nofence: diagnostics, not exact:
-  contextual dense with done envs never reset, with the step run on the default
-  System, or without MJX's fence (the strategies then agree only to float
-  rounding); `ablate_nofence:pool` for another strategy than dense. The fence
-  exists only for `--backend mjx`, and only where JAX's default backend is the
-  CPU (`metarl/envs/contextual.py`), so ablate_nofence is refused on Brax's own
-  backends, where it would time contextual dense again under another name.
+* ablate_noreset, ablate_norebuild: diagnostics, not exact: contextual dense with
+  done envs never reset, or with the step run on the default System.
 * Every variant's compiled program is counted for loops and conditionals (each
   waits on the host on a GPU) and read for the most numbers one of its loops carries
   from trip to trip (`metarl.compilation.loop_carries`: more than plain Brax's means
@@ -241,19 +236,6 @@ def _rollout(reset, step, action_size: int, num_envs: int, steps: int, refill=No
     return _Rollout(jax.jit(start), jax.jit(run, donate_argnums=1))
 
 
-def _check_nofence(name: str, backend: str) -> None:
-    """Refuses ablate_nofence where MJX's fence was never put: `ContextualEnv.__init__`
-    sets `_fence` for backend "mjx" alone (on a GPU `step` lowers it for the CPU
-    platform only, and this variant measures whether that leaves the GPU's program
-    as fast as no fence at all)."""
-    if backend != "mjx":
-        raise ValueError(
-            f"ablate_nofence on {name} with backend {backend!r}: MJX's fence is only there "
-            "for backend 'mjx' (metarl/envs/contextual.py), so here it would change nothing; "
-            "run it with --backend mjx"
-        )
-
-
 def _control_flow(hlo: str) -> dict[str, int]:
     """How many loops and conditionals a compiled program runs (its HLO text). On a GPU
     each trip of a loop and each conditional waits for the host to read a predicate."""
@@ -262,9 +244,7 @@ def _control_flow(hlo: str) -> dict[str, int]:
 
 def _ablated(env: ContextualEnv, what: str) -> ContextualEnv:
     """Diagnostics only (not exact): switch off one part of the contextual step."""
-    if what == "nofence":
-        env._fence = False  # noqa: SLF001
-    elif what == "norefill":
+    if what == "norefill":
         if env.reset_strategy != "pool":
             raise ValueError("ablate_norefill runs the pool strategy, not another")
 
@@ -286,7 +266,10 @@ def _ablated(env: ContextualEnv, what: str) -> ContextualEnv:
 
         env._call = _call  # noqa: SLF001
     else:
-        raise ValueError(f"unknown ablation {what!r}")
+        raise ValueError(
+            f"unknown ablation {what!r}: choose one of noreset, norebuild, norefill "
+            "(nofence went with MJX's CPU fence on 2026-11-28)"
+        )
     return env
 
 
@@ -341,8 +324,6 @@ def _build(label: str, name: str, n: int, cfg: Config):
         **kwargs,
     )
     _STRATEGY[name, label] = ctx.reset_strategy  # what "auto" resolved to
-    if label == "ablate_nofence":
-        _check_nofence(name, ctx.backend)
     if label.startswith("ablate_"):
         ctx = _ablated(ctx, label.removeprefix("ablate_"))
     if label == "contextual_pool_dense":
@@ -691,10 +672,6 @@ def main(cfg: Config) -> None:
             f"--profile-rounds {cfg.profile_rounds}: the number of traces per variant of "
             "--profile, an integer >= 1 (more than 1 with --profile only)"
         )
-    if any(v.partition(":")[0] == "ablate_nofence" for v in cfg.variants):
-        kwargs = {} if cfg.backend is None else {"backend": cfg.backend}
-        for name in cfg.envs:  # before any env is timed
-            _check_nofence(name, brax_envs.get_environment(name, **kwargs).backend)
     results = {
         "device": device.device_kind,
         "platform": provenance.platform(),  # XLA_FLAGS, JAX settings, device count, host CPU

@@ -19,8 +19,8 @@ launch moves (`traffic`): over the card's bandwidth, a memory-bound kernel's tim
 caches aside.
 
 Why: most sessions have no GPU, and the GPU's program is not the CPU's: XLA fuses
-differently, and metarl picks the GPU's reset strategy (the stock) and leaves out
-MJX's CPU fence when JAX's default backend is a GPU, which is what this compile
+differently, and metarl picks the GPU's reset strategy (the stock) when JAX's
+default backend is a GPU, which is what this compile
 pretends (`jax.default_backend` reads "gpu" while the variants are built and traced;
 MJX reads it too, only to pick sparse matrices on a TPU). A count is not a time: a
 kernel that reads 8192 envs' contacts costs more than one that adds two numbers, and

@@ -43,6 +43,11 @@ OUTPUTS = ("obs", "reward", "done", "positions")
 
 def rollout(cfg: Config, strategy: str) -> tuple[np.ndarray, ...]:
     """`cfg.steps` random steps under `strategy` -> OUTPUTS, each [steps, num_envs, ...]."""
+    return tuple(np.asarray(x) for x in program(cfg, strategy)(jax.random.key(cfg.seed)))
+
+
+def program(cfg: Config, strategy: str) -> jax.stages.Compiled:
+    """`rollout`'s compiled program, of a key (its text shows what its loops carry)."""
     space = C.ContextSpace({"gravity": C.Scale(0.5, 1.5), "mass": C.Scale(0.7, 1.3)})
     env = make_contextual(
         cfg.env, space, backend=cfg.backend, reset_strategy=strategy, reset_chunk=cfg.reset_chunk
@@ -68,7 +73,7 @@ def rollout(cfg: Config, strategy: str) -> tuple[np.ndarray, ...]:
         steps = jnp.arange(cfg.steps)
         return jax.lax.scan(body, state, (steps, jax.random.split(key, cfg.steps)))[1]
 
-    return tuple(np.asarray(x) for x in jax.jit(run)(jax.random.key(cfg.seed)))
+    return jax.jit(run).lower(jax.random.key(cfg.seed)).compile()
 
 
 def compare(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> list[tuple[float, int | None]]:

@@ -15,16 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[f"benchmarks_{name}"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from conftest import BENCHMARKS
+from conftest import load_benchmark as _load
 
 
 def test_the_reproducibility_digest_reads_results_and_not_times():
@@ -43,17 +35,11 @@ def test_the_reproducibility_digest_reads_results_and_not_times():
     assert repro._digest(tree, metrics(1.0, 100.0, 3.0), np.float32(2.5)) != digest
 
 
-def test_ablate_nofence_is_refused_where_there_is_no_fence():
-    """MJX's fence exists only with backend "mjx": on Brax's own backends ablate_nofence
-    would time contextual dense again under another name, so the script refuses it
-    before timing anything. On a GPU it is allowed (it measured what the fence's
-    platform switch cost there)."""
+def test_an_unknown_ablation_is_refused_with_the_choices():
     bench = _load("env_throughput")
-    for variant in ("ablate_nofence", "ablate_nofence:pool"):
-        cfg = bench.Config(envs=("inverted_pendulum",), variants=("plain", variant))
-        with pytest.raises(ValueError, match="only there for backend 'mjx'"):
-            bench.main(cfg)
-    bench._check_nofence("hopper", "mjx")
+    cfg = bench.Config(envs=("inverted_pendulum",), variants=("ablate_nofence",))
+    with pytest.raises(ValueError, match="choose one of noreset, norebuild, norefill"):
+        bench.main(cfg)
 
 
 def test_the_profile_counts_the_operations_a_loop_runs_and_not_the_loop():

@@ -7,8 +7,8 @@ for bit only where XLA happens to round each strategy's program alike: it fuses
 each differently and computes a reset in batches of another size, and contacts
 amplify a rounding difference (hopper, 32 envs, 40 random steps on 2 CPU cores:
 the loop against dense 4.7e-4 apart in an observation on Brax's generalized
-backend, 1.9e-6 on MJX, where 8 envs agree bit for bit; tests/test_autoreset.py
-checks bit for bit in such configurations). They differ in what they compute
+backend, 1.9e-6 on MJX; at 8 envs bit for bit on one host, 6.6e-7 apart on
+another, whose CPU has AVX-512). They differ in what they compute
 under `jax.vmap` (users and trainers keep writing ``jax.vmap(env.step)``; the
 function carries a `jax.custom_batching` rule):
 

@@ -159,21 +159,6 @@ class ContextualEnv(Env):
             self._refill = stock_refill(self._fresh)
         else:
             self._select = where_done(self._fresh, reset_chunk, reset_strategy)
-        # On a CPU, a fence between MJX's physics and the reset's select: without it
-        # XLA fused MJX's step with what follows, differently for each reset strategy,
-        # and the strategies drifted apart by float rounding (2026-11-24, hopper, 8
-        # envs: 1.9e-6 within 40 steps). On 2026-11-28 that rollout agreed without it,
-        # and at 32 envs the strategies part with it or without (1.9e-6 by step 40:
-        # they agree to float rounding, metarl/envs/autoreset.py). On a GPU the
-        # fence cost a quarter of the throughput (ant, 8192 envs: 0.74x of plain Brax
-        # with it, 1.00x without), and a GPU's own reductions already differ from one
-        # process to the next (benchmarks/results/README.md), so it is CPU-only there
-        # (`on_cpu`, read when `step` is traced). One barrier per array: a barrier
-        # over the whole state kept every field of MJX's data alive, also those no
-        # later step reads (ant, 1024 envs: 144 arrays carried through each physics
-        # substep instead of 64, 10% of the step's time); a barrier whose output
-        # nothing reads is dropped with its input.
-        self._fence = self.backend == "mjx"
 
     # ---- Brax Env interface ----
     @property
@@ -274,9 +259,10 @@ class ContextualEnv(Env):
         context = drawn[0]
         # The wrapped env sees its own observation, without the context appended.
         inner = state.replace(obs=self._base(state.obs))
+        # No barrier between the physics and the reset's select: one on a CPU
+        # (2026-11-24 to 2026-11-28) changed no state in any configuration tried,
+        # on two hosts (benchmarks/results/README.md, 2026-11-28 (fence)).
         nstate = self._call(self._env.step, drawn, inner, action)
-        if self._fence and on_cpu():
-            nstate = jax.tree.map(jax.lax.optimization_barrier, nstate)
 
         steps = jnp.where(trial.new_episode > 0, 0, trial.steps) + 1
         finite = _finite((nstate.obs, nstate.reward))
