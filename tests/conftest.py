@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 
 FAST_COMPILE = ("--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=0")
+OPTIMIZED = FAST_COMPILE[1:]  # `with_xla_defaults(..., drop=OPTIMIZED)`: the emitters kept
 if os.environ.get("METARL_TEST_XLA_DEFAULTS", "0") != "1":
     _flags = os.environ.get("XLA_FLAGS", "")
     for _flag in FAST_COMPILE:
@@ -70,11 +71,13 @@ if os.environ.get("METARL_TEST_JAX_CACHE", "1") != "0":
     )
 
 
-def with_xla_defaults(module: str, call: str) -> str:
-    """`repr` of ``module.call`` evaluated in a process of its own with XLA's default
-    flags (the tests' folder importable): for a claim that compares two programs bit
-    for bit, which the older emitters fuse differently."""
-    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if f not in FAST_COMPILE)
+def with_xla_defaults(module: str, call: str, drop: tuple[str, ...] = FAST_COMPILE) -> str:
+    """`repr` of ``module.call`` evaluated in a process of its own (the tests' folder
+    importable) without the `drop` flags of FAST_COMPILE: by default with XLA's
+    defaults, for a claim that compares two programs bit for bit, which the older
+    emitters fuse differently; without level 0 alone (`OPTIMIZED`), for a test that
+    mostly runs its programs (level 0 runs a PPO training about 3x slower)."""
+    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if f not in drop)
     script = (
         f"import sys; sys.path.insert(0, sys.argv[1]); import {module} as t; print(repr(t.{call}))"
     )
