@@ -29,7 +29,7 @@ import jax
 import numpy as np
 from flax import struct
 
-from metarl.contexts import Choice, ContextSpace, Fixed
+from metarl.contexts import Choice, ContextSpace, Fixed, Normal
 
 __all__ = ["Curriculum", "CurriculumState", "check_compatible"]
 
@@ -180,16 +180,21 @@ def scaled(target: ContextSpace, fraction: float, defaults: Mapping | None) -> C
 
 
 def inside(target: ContextSpace, space: ContextSpace) -> ContextSpace:
-    """`space` with the bounds (``low``, ``high``) of every bounded range clipped into
-    the target's, keeping low <= high. A range grown about a default that lies outside
-    the target (mass x 1.5-3, whose default x1 is below it) then starts at the
-    target's nearest edge and widens into it, never training outside the target.
-    Ranges without bounds (Normal, Choice, Fixed) are returned as they are."""
+    """`space` kept inside the target's training intervals (`ContextSpace.intervals`:
+    the support of a bounded range, mean +- 2 std of a Normal, and of a
+    TruncatedNormal within its bounds). A range grown about a default that lies
+    outside the target (mass x 1.5-3, whose default x1 is below it) then starts at
+    the target's nearest edge and widens into it, never training outside the target
+    nor in the held-out extrapolation sets just beyond it. Bounds (``low``, ``high``)
+    are clipped into the interval, keeping low <= high; a Normal, which has none,
+    has its mean clipped into it. Choice and Fixed are returned as they are."""
+    intervals = target.intervals()
     out = {}
     for name, dist in space.items():
-        t = target[name]
-        if hasattr(dist, "low") and hasattr(dist, "high") and hasattr(t, "low"):
-            t_lo, t_hi = np.asarray(t.low, np.float32), np.asarray(t.high, np.float32)
+        t_lo, t_hi = (np.asarray(x, np.float32) for x in intervals[name])
+        if isinstance(dist, Normal):
+            dist = dataclasses.replace(dist, mean=np.clip(np.asarray(dist.mean), t_lo, t_hi))
+        elif hasattr(dist, "low") and hasattr(dist, "high"):
             low = np.clip(np.asarray(dist.low, np.float32), t_lo, t_hi)
             high = np.clip(np.asarray(dist.high, np.float32), low, t_hi)
             dist = dataclasses.replace(dist, low=low, high=high)

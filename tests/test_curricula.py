@@ -187,6 +187,34 @@ def test_ranges_start_at_the_targets_nearest_edge_when_a_default_lies_outside_it
         state = cur.update(state, {**_results(n, seed), "eval_return": 100.0})
 
 
+@pytest.mark.parametrize("index", range(3))  # ADR refuses normals
+def test_normal_ranges_start_inside_the_targets_interval_when_a_default_lies_outside_it(index):
+    # The held-out extrapolation sets begin where a target's interval ends (for a
+    # TruncatedNormal mean +- 2 std within its bounds, for a Normal mean +- 2 std):
+    # grown about a default of 1, mass would pile up on its bound 1.5, inside the
+    # extrapolation set [1.4, 1.6), and friction would train around 1.4, far below 4.
+    cur, n = _curricula()[index], 4
+    target = C.ContextSpace(
+        {"mass": C.TruncatedNormal(2.0, 0.2, 1.5, 2.5, relative=True), "friction": C.Normal(5, 0.5)}
+    )
+    defaults = {"mass": np.float32(1.0), "friction": np.float32(1.0)}
+    (m_lo, m_hi), (f_lo, f_hi) = (np.float32(x) for x in target.intervals()["mass"]), (4.0, 6.0)
+    state = cur.init(target, defaults=defaults, num_envs=n, key=jax.random.key(0))
+    first = cur.ranges(state)
+    assert float(first["mass"].low) == float(first["mass"].high) == m_lo
+    assert float(first["friction"].mean) == f_lo
+    for seed in range(8):
+        ranges = cur.ranges(state)
+        if ranges is target:
+            break
+        mass = np.asarray(ranges["mass"].sample(jax.random.key(seed), (1000,)))
+        assert mass.min() >= m_lo and mass.max() <= m_hi
+        assert f_lo <= float(ranges["friction"].mean) <= f_hi
+        state = cur.update(state, {**_results(n, seed), "eval_return": 100.0})
+    else:
+        pytest.fail("the curriculum never reached its target")
+
+
 @pytest.mark.parametrize("index", range(4))
 def test_a_shared_entry_whose_elements_defaults_differ_grows_about_their_mean(index):
     # hopper's floor and foot friction (1 and 2): one shared draw, no single default
