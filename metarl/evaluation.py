@@ -29,7 +29,7 @@ Deep RL") that apply to continuous context spaces:
   vary in training (`Fixed`, or an interval of zero width) keeps its value in
   every split. A periodic task parameter (an angle: the env declares
   ``task_periods = {name: period}``) is taken outside its interval modulo
-  the period, at most halfway round to the other side; one whose interval
+  the period, across zero too, at most halfway round to the other side; one whose interval
   spans the whole period has no outside, and is drawn from its interval.
   ``extrapolation_low`` and ``extrapolation_high`` take every dimension below
   (above) its interval: reported per side, because one side is often easier
@@ -186,6 +186,11 @@ def _scale(dist) -> tuple[Any, Any]:
     return (lambda x: x), (lambda x: x)
 
 
+def periods(env: ContextualEnv) -> Mapping[str, float]:
+    """The env's periodic task parameters (angles), ``{name: period}``; {} if none."""
+    return getattr(env.unwrapped, "task_periods", None) or {}
+
+
 def clip_physical(env: ContextualEnv, name: str, dist, lo, hi, values, margin):
     """`values` of `name` (in `_scale` coordinates; `lo`, `hi`: its training interval
     there, per element where they are arrays) kept `margin` inside what is physical:
@@ -193,8 +198,9 @@ def clip_physical(env: ContextualEnv, name: str, dist, lo, hi, values, margin):
     contain zero, the same side of zero (absolute or relative: a gear of 2-20 or of
     x0.2-2 stays positive, of -20..-2 negative): a context across zero (a reversed
     motor) is another task, not farther along this one. A `LogUniform`'s log space
-    has no bound."""
-    if isinstance(dist, LogUniform):
+    has no bound, and neither has a periodic task parameter: zero is just another
+    angle (`outside` keeps it within half a turn)."""
+    if isinstance(dist, LogUniform) or name in periods(env):
         return values
     lower = env.binding.lower_limit(name)
     floor = np.where(np.asarray(lo) > 0, 0.0, -np.inf)  # a positive interval stays positive
@@ -202,6 +208,20 @@ def clip_physical(env: ContextualEnv, name: str, dist, lo, hi, values, margin):
         floor = np.maximum(floor, lower)
     values = np.maximum(values, floor + margin)
     return np.where(np.asarray(hi) < 0, np.minimum(values, -margin), values)  # negative stays
+
+
+def outside(env: ContextualEnv, name: str, dist, lo, hi, factor: float, margin):
+    """(outer_lo, outer_hi): `factor` x the training interval [lo, hi] about its centre
+    (`_scale` coordinates, per element where they are arrays), kept physical
+    (`clip_physical`); for a periodic task parameter at most halfway round the rest
+    of the turn on either side (farther would come back toward the interval)."""
+    centre, half = (lo + hi) / 2, (hi - lo) / 2
+    outer_lo, outer_hi = centre - factor * half, centre + factor * half
+    if name in periods(env):
+        rest = float(periods(env)[name]) - (hi - lo)
+        outer_lo = np.maximum(outer_lo, lo - rest / 2)
+        outer_hi = np.minimum(outer_hi, hi + rest / 2)
+    return tuple(clip_physical(env, name, dist, lo, hi, v, margin) for v in (outer_lo, outer_hi))
 
 
 def extrapolation(
@@ -227,24 +247,16 @@ def extrapolation(
     if side not in SIDES:
         raise ValueError(f"extrapolation: side must be one of {SIDES}, got {side!r}")
     rng = np.random.default_rng(seed)
-    periods = getattr(env.unwrapped, "task_periods", None) or {}
+    turns = periods(env)
     values = {}
     for name, (lo, hi) in _element_bounds(space).items():
         dist = space[name]
         to, back = _scale(dist)
         lo, hi = to(lo), to(hi)
         fixed = lo == hi  # not varied in training: kept at its value
-        centre, half = (lo + hi) / 2, (hi - lo) / 2
-        outer_lo, outer_hi = centre - factor * half, centre + factor * half
-        rest = float(periods[name]) - (hi - lo) if name in periods else None
-        if rest is not None:  # an angle: the outside is the rest of the turn, halfway round
-            outer_lo = np.maximum(outer_lo, lo - rest / 2)
-            outer_hi = np.minimum(outer_hi, hi + rest / 2)
-        outer_lo, outer_hi = (
-            clip_physical(env, name, dist, lo, hi, v, 1e-3 * half) for v in (outer_lo, outer_hi)
-        )
+        outer_lo, outer_hi = outside(env, name, dist, lo, hi, factor, 1e-3 * (hi - lo) / 2)
         sides = {"low": (outer_lo, lo), "high": (hi, outer_hi)}
-        if rest is not None and np.all(rest <= 1e-3 * float(periods[name])):
+        if name in turns and np.all(turns[name] - (hi - lo) <= 1e-3 * float(turns[name])):
             sides = {"low": (lo, hi), "high": (lo, hi)}  # the whole turn: no outside
         chosen = list(sides) if side == "both" else [side]
         usable = [sides[k] for k in chosen if np.all((sides[k][1] > sides[k][0]) | fixed)]

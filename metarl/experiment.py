@@ -221,15 +221,17 @@ def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
         # the coordinates the extrapolation splits use: log space for a LogUniform
         to, back = E._scale(exp.target[name])
         lo, hi = to(float(np.min(lo))), to(float(np.max(hi)))
-        centre, half = (lo + hi) / 2, (hi - lo) / 2 * exp.eval.extrapolation_factor
-        ends = np.array([centre - half, centre + half])
-        # the same bounds as the extrapolation splits: physical, and the side of zero;
-        # the points are spread over the clipped span (clipping the points would pile
-        # those beyond a bound onto it: the same context in several cells)
+        factor = exp.eval.extrapolation_factor
+        # the same bounds as the extrapolation splits: physical, the side of zero, half a
+        # turn for an angle; the points are spread over the clipped span (clipping the
+        # points would pile those beyond a bound onto it: the same context in several cells)
         if name in exp.env.space:
-            margin = 1e-3 * max(half, 1e-3)
-            ends = E.clip_physical(exp.env, name, exp.target[name], lo, hi, ends, margin)
-        axes[name] = back(np.linspace(ends[0], ends[1], exp.eval.heatmap_points))
+            margin = 1e-3 * max((hi - lo) / 2 * factor, 1e-3)
+            ends = E.outside(exp.env, name, exp.target[name], lo, hi, factor, margin)
+        else:
+            centre, half = (lo + hi) / 2, (hi - lo) / 2 * factor
+            ends = (centre - half, centre + half)
+        axes[name] = back(np.linspace(float(ends[0]), float(ends[1]), exp.eval.heatmap_points))
     return axes
 
 

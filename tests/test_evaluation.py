@@ -77,12 +77,14 @@ def test_log_uniform_sets_are_placed_in_log_space():
     assert np.all((values > 0) & (values < 0.2))
 
 
-def _heatmap_axes(target: C.ContextSpace, points: int = 5) -> dict[str, np.ndarray]:
-    """The heatmap axes an experiment on inverted_pendulum would plot for `target`."""
+def _heatmap_axes(
+    target: C.ContextSpace, points: int = 5, env: str = "inverted_pendulum"
+) -> dict[str, np.ndarray]:
+    """The heatmap axes an experiment on `env` would plot for `target`."""
     from metarl import experiment
 
     exp = experiment.Experiment(
-        env=make_contextual("inverted_pendulum", target),
+        env=make_contextual(env, target),
         target=target,
         curriculum=None,
         ppo=None,
@@ -278,6 +280,19 @@ def test_an_angle_is_extrapolated_modulo_a_turn():
         wrapped = (angle + np.pi) % (2 * np.pi) - np.pi
         assert np.all(np.abs(wrapped) > 2.5 - 1e-6), side  # outside the arc, modulo a turn
         assert np.all(np.abs(angle) <= np.pi + 1e-6)  # not halfway round into the other side
+
+
+def test_an_angle_is_extrapolated_across_zero_and_its_heatmap_stays_within_half_a_turn():
+    """Zero is just another angle: the side-of-zero rule for a motor's gear cut the low
+    side of an arc 0.3-3 to 0.0014-0.3 (it reaches -0.375 at factor 1.5), and the
+    heatmap of an arc -2.5..2.5 ran to +-3.75, past +-pi: the same goal in two cells."""
+    arc = C.ContextSpace({"goal_direction": C.Uniform(0.3, 3.0)})
+    env = make_contextual("reacher_goal", arc)
+    low = E.extrapolation(env, arc, 400, factor=1.5, side="low").values["goal_direction"]
+    assert np.all(low < 0.3) and np.all(low >= -0.375 - 1e-6) and low.min() < -0.3
+    wide = C.ContextSpace({"goal_direction": C.Uniform(-2.5, 2.5)})
+    axis = _heatmap_axes(wide, points=9, env="reacher_goal")["goal_direction"]
+    np.testing.assert_allclose(axis[[0, -1]], [-np.pi, np.pi], atol=1e-5)
 
 
 @flax.struct.dataclass
