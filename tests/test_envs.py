@@ -30,7 +30,10 @@ PENDULUM_SPACE = C.ContextSpace(
             "hopper",
             "generalized",
             C.ContextSpace(
-                {"mass": C.Scale(0.7, 1.3, per_element=True), "friction": C.Uniform(0.5, 1.5)}
+                {  # bounds per body: check_env drew these with shape () and crashed
+                    "mass": C.Scale([0.7, 0.8, 0.8, 0.9], [1.3, 1.2, 1.2, 1.1], per_element=True),
+                    "friction": C.Uniform(0.5, 1.5),
+                }
             ),
             {"episode_length": 100},
         ),

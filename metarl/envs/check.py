@@ -163,7 +163,10 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
         if isinstance(dist, Fixed):
             continue
         k = jax.random.split(jax.random.fold_in(jax.random.key(0), i), 32)
-        draws[name] = np.asarray(jax.vmap(lambda k, d=dist: d.sample(k, ()))(k), np.float32)
+        # the parameters' shape (per-element bounds: one value per element): what
+        # `pinned` takes back
+        shape = np.shape(dist.support()[0])
+        draws[name] = np.asarray(jax.vmap(lambda k, d=dist, s=shape: d.sample(k, s))(k), np.float32)
     if not draws:
         return 0
     base = env.space.pinned({name: d[0] for name, d in draws.items()})
