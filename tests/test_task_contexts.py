@@ -87,3 +87,25 @@ def test_playground_goal_changes_the_reward():
     _, near = run(GOAL.pinned(at_finger))
     _, far = run(GOAL.pinned(across))
     assert float(near) == pytest.approx(5.0) and float(far) == 0.0
+
+
+def test_a_task_parameter_no_context_draws_keeps_its_dtype():
+    """An index declared as an integer stays one (all task parameters became float32,
+    and indexing with a float fails); drawn ones are float32."""
+    from metarl.envs import MjcfEnv
+
+    xml = """<mujoco><worldbody><body><joint name="x" type="slide" axis="1 0 0"/>
+      <geom type="sphere" size="0.1" mass="1"/></body></worldbody>
+      <actuator><motor joint="x"/></actuator></mujoco>"""
+    weights = jnp.array([0.0, 1.0, 10.0])
+    env = MjcfEnv(
+        xml,
+        observe=lambda data, task: jnp.concatenate([data.qpos, data.qvel]),
+        reward=lambda data, action, new, task: weights[task["idx"]] + task["goal"],
+        task_params={"idx": 2, "goal": 0.3},
+    )
+    env = make_contextual(env, C.ContextSpace({"goal": C.Uniform(0.1, 0.5)}))
+    state = env.step(env.reset(jax.random.key(0)), jnp.zeros(env.action_size))
+    goal = float(state.info[CONTEXT]["goal"])
+    assert 0.1 <= goal <= 0.5
+    np.testing.assert_allclose(float(state.reward), 10.0 + goal, rtol=1e-6)

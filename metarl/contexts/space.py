@@ -234,6 +234,13 @@ class ContextSpace(Mapping):
         return out
 
 
+def _task_value(value: Any) -> jax.Array:
+    """A task parameter's default as the env reads it: a float as float32, an integer
+    or a flag as it was declared."""
+    value = np.asarray(value)
+    return jnp.asarray(value, jnp.float32 if np.issubdtype(value.dtype, np.floating) else None)
+
+
 class EnvDefaults(np.ndarray):
     """Per-element env defaults of a shared absolute entry whose elements differ.
 
@@ -481,8 +488,9 @@ class Binding:
         return dict(self.task)
 
     def task_params(self, context: Context) -> dict[str, jax.Array]:
-        """The env's task parameters with the drawn task contexts written in."""
-        out = {k: jnp.asarray(v, jnp.float32) for k, v in self.task.items()}
+        """The env's task parameters with the drawn task contexts written in (float32);
+        those no context draws keep their own dtype (an index stays an integer)."""
+        out = {k: _task_value(v) for k, v in self.task.items()}
         for e in self.entries:
             if isinstance(e.target, TaskParam):
                 out[e.name] = e.value(context[e.name])
