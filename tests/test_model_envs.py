@@ -178,6 +178,51 @@ def test_quantities_refuse_elements_the_physics_never_reads(name, message):
         make_contextual(_walker(), C.ContextSpace({name: C.Scale(0.5, 2.0)}))
 
 
+_WRAPPED = """<mujoco><compiler><lengthrange mode="none"/></compiler><worldbody>
+  <site name="s0" pos="0 0 0.5"/><site name="side" pos="0.5 0 0.5"/>
+  <geom name="drum" type="cylinder" size="0.2 0.05" euler="90 0 0" contype="0" conaffinity="0"/>
+  <geom name="floor" type="plane" size="1 1 0.1" pos="0 0 -1"/>
+  <body name="arm"><joint name="h" type="hinge" axis="0 1 0"/>
+    <geom name="rod" type="capsule" fromto="0 0 0 0.5 0 0" size="0.03" mass="1"/>
+    <site name="s1" pos="0.5 0 0"/></body></worldbody>
+  <tendon><spatial name="cable" TENDON><site site="s0"/><geom geom="drum" sidesite="side"/>
+    <site site="s1"/></spatial></tendon><actuator><ACTUATOR tendon="cable"/></actuator></mujoco>"""
+
+
+def test_a_geom_a_tendon_wraps_takes_a_size_unless_the_tendon_has_compiled_constants():
+    """A drum a motor's cable wraps: its size moves the cable's path at every step. With
+    a limit (or a muscle, ...) MuJoCo derived the cable's length and inverse weight at
+    qpos0 from the drum's size when it compiled; those stayed stale (a muscle's peak
+    force 13% off, the limit's regularisation 22% off), so the size is refused."""
+    from metarl.contexts.space import bind
+
+    space = C.ContextSpace({"geom_size[drum]": C.Scale(2.0, 2.0)})
+    model = mjx.put_model(
+        mujoco.MjModel.from_xml_string(_WRAPPED.replace("TENDON", "").replace("ACTUATOR", "motor"))
+    )
+    binding = bind(space, model, "mjx")
+
+    @jax.jit
+    def length(sys):
+        d = mjx.make_data(sys).replace(qpos=sys.qpos0)
+        return mjx.tendon(sys, mjx.kinematics(sys, d)).ten_length
+
+    grown = binding.apply(binding.sample(jax.random.key(0)))
+    assert float(length(grown)[0]) > float(length(model)[0]) + 1e-3  # the path reaches it
+    for tendon, actuator, why in [
+        ('limited="true" range="0 0.9"', "motor", "a limit"),
+        ("", 'muscle force="-1" lengthrange="0.3 1"', "a muscle"),
+    ]:
+        xml = _WRAPPED.replace("TENDON", tendon).replace("ACTUATOR", actuator)
+        model = mjx.put_model(mujoco.MjModel.from_xml_string(xml))
+        with pytest.raises(ValueError, match=f"geoms drum: .* tendon cable, which has {why}"):
+            bind(space, model, "mjx")
+        with pytest.raises(
+            ValueError, match=re.escape("choose the others by name: 'geom_size[rod]'")
+        ):
+            bind(C.ContextSpace({"geom_size": C.Scale(0.5, 2.0)}), model, "mjx")
+
+
 def test_pair_friction_needs_contact_pairs():
     xml = XML.replace(XML[XML.index("<contact>") : XML.index("</contact>") + 10], "")
     env = MjcfEnv(xml, observe=_observe, reward=_reward)

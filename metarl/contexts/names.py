@@ -23,6 +23,7 @@ _KINDS = {
     "joints": ("name_jntadr", "njnt", 0),
     "actuators": ("name_actuatoradr", "nu", 0),
     "pairs": ("name_pairadr", "npair", 0),
+    "tendons": ("name_tendonadr", "ntendon", 0),
 }
 SELECTABLE = (*_KINDS, "dofs")
 _ONE = {
@@ -31,6 +32,7 @@ _ONE = {
     "joints": "joint",
     "actuators": "actuator",
     "pairs": "pair",
+    "tendons": "tendon",
     "dofs": "dof",
 }
 

@@ -48,6 +48,8 @@ import mujoco
 import numpy as np
 from brax.base import System
 
+from metarl.contexts import names as element_names
+
 BACKENDS = ("generalized", "mjx", "positional", "spring")
 _ALL = frozenset(BACKENDS)
 _JOINT_BACKENDS = frozenset({"generalized", "mjx"})
@@ -73,6 +75,10 @@ class Quantity:
         friction, a model's <flag> can switch contacts or constraints off;
         varying such an element would be a silent no-op, so naming it is refused.
       dead_hint: why an element is not live, for that error.
+      frozen: (sys, backend) -> {element index: why}, elements the simulation reads
+        but that a context must not change, because the model holds constants
+        derived from them that metarl does not recompute; choosing one (by name or
+        through an entry that names none) is refused with the reason.
       skip_dead: what an entry that names no elements means when some are not
         live. True: the live ones (the others keep their values; refused only
         when none is live), for quantities a dead element has no use for (the
@@ -94,6 +100,7 @@ class Quantity:
     live: Callable[[System, str], np.ndarray] | None = None
     dead_hint: str = ""
     skip_dead: bool = False
+    frozen: Callable[[System, str], dict[int, str]] = lambda sys, backend: {}
 
 
 def _f32(x) -> jnp.ndarray:
@@ -545,6 +552,57 @@ def _sized(sys, backend) -> np.ndarray:
     return live
 
 
+_MJ_TENDON = int(mujoco.mjtEq.mjEQ_TENDON)
+_TRN_TENDON = int(mujoco.mjtTrn.mjTRN_TENDON)
+
+
+def _wrapped_with_constants(sys, backend) -> dict[int, str]:
+    """Geoms wrapped by a spatial tendon that MuJoCo derives constants of when it
+    compiles the model, from the tendon's path at qpos0: its length (a limit's and an
+    equality's reference, a spring's rest length), its inverse weight (the solver's
+    regularisation of a limit, a friction loss, an equality) and a muscle's length
+    range and peak force. metarl does not recompute those, so a size that moves the
+    path would leave them stale. A tendon with none of these (a plain path that a
+    motor pulls, damped) reads its length and Jacobian fresh at every step."""
+    ntendon = np.asarray(sys.tendon_adr).shape[0]
+    if not ntendon:
+        return {}
+    muscle = (np.asarray(sys.actuator_gaintype) == _MUSCLE_GAIN) | (
+        np.asarray(sys.actuator_biastype) == _MUSCLE_BIAS
+    )
+    pulled = np.asarray(sys.actuator_trntype) == _TRN_TENDON
+    eq = np.asarray(sys.eq_type) == _MJ_TENDON
+    why = {
+        "a limit": np.asarray(sys.tendon_limited, bool),
+        "a friction loss": np.asarray(sys.tendon_frictionloss) > 0,
+        "a spring": np.asarray(sys.tendon_stiffness) > 0,
+        "an equality": np.isin(
+            np.arange(ntendon),
+            np.concatenate([np.asarray(sys.eq_obj1id)[eq], np.asarray(sys.eq_obj2id)[eq]]),
+        ),
+        "a muscle": np.isin(np.arange(ntendon), np.asarray(sys.actuator_trnid)[pulled & muscle, 0]),
+    }
+    labels = element_names.element_names(sys, "tendons")
+    out = {}
+    adr, num = np.asarray(sys.tendon_adr), np.asarray(sys.tendon_num)
+    wrap_type, wrap_obj = np.asarray(sys.wrap_type), np.asarray(sys.wrap_objid)
+    for t in range(ntendon):
+        reasons = [k for k, v in why.items() if v[t]]
+        if not reasons:
+            continue
+        for w in range(adr[t], adr[t] + num[t]):
+            if wrap_type[w] in _WRAP_GEOMS:
+                out.setdefault(
+                    int(wrap_obj[w]),
+                    f"it shapes the path of tendon {labels[t] or t}, which has "
+                    f"{', '.join(reasons)}: MuJoCo derives the tendon's length and inverse "
+                    "weight at qpos0 (and a muscle's length range and peak force) when it "
+                    "compiles the model, and metarl does not recompute them, so a new size "
+                    "would leave them stale",
+                )
+    return out
+
+
 _NO_CONTACT = (
     "it can collide with no geom of another body by MuJoCo's contype/conaffinity rule "
     "((contype_i & conaffinity_j) or (contype_j & conaffinity_i)), or the model switches "
@@ -819,6 +877,7 @@ QUANTITIES: dict[str, Quantity] = {
         strict=True,
         absolute=False,
         live=_sized,
+        frozen=_wrapped_with_constants,
         requires=_hfield_check,
         dead_hint=f"it is a plane (infinite in collisions), a mesh or a height field (which "
         f"collide through their mesh or hfield data), or {_NO_CONTACT}, is in no explicit "

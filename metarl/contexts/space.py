@@ -661,7 +661,33 @@ def _live_selection(
     and a quantity that skips dead elements, the live ones (None: all elements).
     Refuses elements the physics never reads (a silent no-op otherwise): a named
     dead element, an entry without live elements, and an entry without names over
-    dead elements of a quantity that does not skip them."""
+    dead elements of a quantity that does not skip them; and frozen elements
+    (`Quantity.frozen`), named or not."""
+    return _without_frozen(name, q, sys, backend, _live(name, q, sys, backend, select))
+
+
+def _without_frozen(
+    name: str, q: Quantity, sys: System, backend: str, select: np.ndarray | None
+) -> np.ndarray | None:
+    """`select` (None: every element), refused where it chooses an element that
+    `q.frozen` names: one whose derived constants metarl would leave stale."""
+    frozen = q.frozen(sys, backend)
+    if not frozen:
+        return select
+    labels = element_names.element_names(sys, q.elements)
+    chosen = [int(i) for i in (range(len(labels)) if select is None else select)]
+    if not (bad := [i for i in chosen if i in frozen]):
+        return select
+    reasons = "; ".join(f"{labels[i] or f'index {i}'}: {frozen[i]}" for i in bad)
+    usable = [labels[i] or str(i) for i in chosen if i not in frozen]
+    base = element_names.split(name)[0]
+    hint = f"; choose the others by name: '{base}[{', '.join(usable)}]'" if usable else ""
+    raise ValueError(f"context {name!r}: {q.elements} {reasons}{hint}")
+
+
+def _live(
+    name: str, q: Quantity, sys: System, backend: str, select: np.ndarray | None
+) -> np.ndarray | None:
     if q.live is None:
         return select
     live = np.asarray(q.live(sys, backend), bool)
