@@ -109,10 +109,38 @@ def describe_env(env: ContextualEnv) -> dict[str, Any]:
             described[name] = value
         if callable(value) and not isinstance(value, type):
             code.update(f"{name}={_code_text(value)}\n".encode())
+    for cls in _own_classes(type(inner)):  # a user's env class: its edited step, reward
+        code.update(f"class {cls.__module__}.{cls.__qualname__}={_source(cls)}\n".encode())
     # what the env's functions compute (an edited reward in an imported module, a
-    # partial's arguments), which their names alone do not say
+    # partial's arguments, captured arrays), which their names alone do not say
     described["code"] = code.hexdigest()[:16]
     return described
+
+
+def _own_classes(cls: type) -> list[type]:
+    """The classes `cls` is built from that no other record covers: not those of an
+    installed library (`software`'s versions), nor metarl's own (its source hash)."""
+    covered = [pathlib.Path(m.__file__).parent for m in (sys.modules["metarl"],)]
+    covered.append(pathlib.Path(sys.modules["curricula"].__file__).parent)
+    own = []
+    for c in cls.__mro__:
+        file = getattr(sys.modules.get(c.__module__), "__file__", None)
+        if file is None:  # builtins, C extensions
+            continue
+        path = pathlib.Path(file).resolve()
+        if {"site-packages", "dist-packages"} & set(path.parts) or any(
+            path.is_relative_to(root.resolve()) for root in covered
+        ):
+            continue
+        own.append(c)
+    return own
+
+
+def _source(obj: Any) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
 
 
 def _code_text(fn: Any) -> str:
@@ -128,14 +156,32 @@ def _code_text(fn: Any) -> str:
         except (OSError, TypeError):
             source = f"{fn.__code__.co_code.hex()} {stable_repr(fn.__code__.co_consts)}"
         cells = [c.cell_contents for c in fn.__closure__ or () if _filled(c)]
-        captured = [stable_repr(v) if _plain(v) else type(v).__qualname__ for v in cells]
+        captured = [_value_text(v) for v in cells]
+        # the module's constants it reads (a target array, a weight): values, not names
+        names = sorted(n for n in set(fn.__code__.co_names) if n in fn.__globals__)
+        read = {n: _value_text(fn.__globals__[n]) for n in names if _is_data(fn.__globals__[n])}
         return (
             f"{fn.__module__}.{fn.__qualname__} {source} {stable_repr(fn.__defaults__)} "
-            f"{stable_repr(fn.__kwdefaults__)} {captured}"
+            f"{stable_repr(fn.__kwdefaults__)} {captured} {read}"
         )
     if hasattr(fn, "__wrapped__"):  # jax.jit, functools.wraps
         return f"{type(fn).__qualname__}({_code_text(fn.__wrapped__)})"
     return f"{type(fn).__qualname__} {stable_repr(fn)}"
+
+
+def _is_data(value: Any) -> bool:
+    return _plain(value) or isinstance(value, jax.Array | np.ndarray | np.generic)
+
+
+def _value_text(value: Any) -> str:
+    """A captured value as text that changes with it: plain values exactly, arrays by
+    dtype, shape and a digest of their bytes, anything else by its type."""
+    if _plain(value):
+        return stable_repr(value)
+    if isinstance(value, jax.Array | np.ndarray | np.generic):
+        leaf = np.ascontiguousarray(to_numpy(value))
+        return f"{leaf.dtype}{leaf.shape}:{hashlib.sha256(leaf.tobytes()).hexdigest()[:16]}"
+    return type(value).__qualname__
 
 
 def _filled(cell: Any) -> bool:

@@ -371,6 +371,69 @@ def test_the_run_identity_sees_static_model_settings_and_the_envs_code():
     assert [k for k in described if described[k] != flipped[k]] == ["code"]
 
 
+_USER_ENV = """
+import numpy as np
+from brax.envs.inverted_pendulum import InvertedPendulum
+
+SPEED = np.array([SPEED_VALUE])
+
+
+class Pendulum(InvertedPendulum):
+    def step(self, state, action):
+        state = super().step(state, action)
+        return state.replace(reward=state.reward * WEIGHT)
+
+
+def speed_reward(data, action, nxt, task):
+    return SPEED[0] * nxt.qvel[0]
+"""
+
+
+def test_the_envs_code_covers_a_user_class_and_the_arrays_its_functions_read(tmp_path, monkeypatch):
+    """An edited reward in the step of a user's env class (in a module the script
+    imports), an edited module-level array a reward reads, another array captured by a
+    closure: each changes the record (before, all three resumed silently: the class
+    was recorded by name, the arrays by type)."""
+    import importlib
+
+    from metarl.envs import MjcfEnv
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = tmp_path / "user_env_for_test.py"
+
+    def module(weight="1.0", speed="1.0"):
+        source.write_text(_USER_ENV.replace("WEIGHT", weight).replace("SPEED_VALUE", speed))
+        importlib.invalidate_caches()
+        if "user_env_for_test" in sys.modules:
+            return importlib.reload(sys.modules["user_env_for_test"])
+        return importlib.import_module("user_env_for_test")
+
+    space = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)})
+
+    def code(env):
+        return rundir.describe_env(make_contextual(env, space))["code"]
+
+    base = code(module().Pendulum())
+    assert code(module().Pendulum()) == base
+    assert code(module(weight="100.0").Pendulum()) != base
+
+    def ball(reward):
+        return make_contextual(
+            MjcfEnv(BALL.format(option=""), observe=lambda d, t: d.qpos, reward=reward),
+            C.ContextSpace({"mass": C.Scale(0.5, 2.0)}),
+        )
+
+    def speed_code(speed):
+        return rundir.describe_env(ball(module(speed=speed).speed_reward))["code"]
+
+    assert speed_code("1.0") == speed_code("1.0") != speed_code("2.0")
+
+    def captured(weights):
+        return rundir.describe_env(ball(lambda d, a, n, t: weights[0] * n.qvel[0]))["code"]
+
+    assert captured(np.array([1.0])) == captured(np.array([1.0])) != captured(np.array([5.0]))
+
+
 def test_a_rerun_with_another_curriculum_cannot_be_forced(exp, compiled, tmp_path):
     logdir = tmp_path / "run"
     _run(exp, compiled, logdir, 1)
