@@ -241,6 +241,15 @@ ROWS = [
     ),
     ("make_train_space(dict)", lambda: ppo.make_train_space(env(), {}), ValueError, "PPOConfig"),
     (
+        "stock_depth without a stock",
+        lambda: ppo.make_train_space(
+            make_contextual(Puck(), G, episode_length=20, reset_strategy="loop"),
+            ppo.PPOConfig(**SMALL, stock_depth=2),
+        ),
+        ValueError,
+        "(reset_strategy=\"stock\"); this env resets with 'loop': drop stock_depth",
+    ),
+    (
         "num_seeds=0",
         lambda: ppo.make_train_space(env(), ppo.PPOConfig(**SMALL), 0),
         ValueError,
@@ -578,3 +587,11 @@ def test_an_adr_segment_too_short_for_whole_trials_is_refused_before_anything_ru
             variants, logdir=tmp_path / "v", segments=1, steps_per_segment=64, seed=0
         )
     assert not (tmp_path / "a").exists() and not (tmp_path / "v").exists()
+
+
+def test_a_stock_depth_that_auto_leaves_unused_on_this_device_warns():
+    """The same config stocks on a GPU, where "auto" is the stock; on a CPU it is the
+    loop, and the depth is unused: said, not silently."""
+    with pytest.warns(UserWarning, match=r"stock_depth=2 .* which \"auto\" chose .*: unused"):
+        s = ppo.make_train_space(env(), ppo.PPOConfig(**SMALL, stock_depth=2))
+    assert s.stock_depth is None

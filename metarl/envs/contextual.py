@@ -150,7 +150,8 @@ class ContextualEnv(Env):
         # Outside a stocked rollout the stock is the pool. Decided here, from JAX's
         # default backend: the stock lives in the state. The strategy in use is
         # `reset_strategy`, recorded with a run (a resume keeps it).
-        if check_strategy(reset_strategy) == "auto":
+        self.requested_strategy = check_strategy(reset_strategy)  # "auto" or the one given
+        if reset_strategy == "auto":
             reset_strategy = "loop" if on_cpu() else "stock"
         self.reset_strategy = reset_strategy
         self.reset_chunk = reset_chunk

@@ -80,7 +80,7 @@ class PPOConfig:
     # largest divisor of it whose stock fits the device's memory budget
     # (`training.STOCK_MEMORY_SHARE`). An int must divide unroll_length.
     stock_depth: int | None = None
-    seed: int = 0
+    seed: int = 0  # the run's seed (jax.random.key), 0 <= seed < 2**32
 
     def __post_init__(self):
         self._check_types()

@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import math
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -116,8 +117,19 @@ def _choose_stock_depth(
 
 
 def _stock_depth(env: ContextualEnv, config: PPOConfig, num_seeds, mesh) -> int | None:
-    """`PPOConfig.stock_depth` resolved for this env, batch and device (None: no stock)."""
+    """`PPOConfig.stock_depth` resolved for this env, batch and device (None: no stock).
+    A depth given for an env without a stock is refused, or, where "auto" chose
+    another strategy on this device (the loop on a CPU), unused with a warning: the
+    same config stocks on a GPU."""
     if env.reset_strategy != "stock":
+        if config.stock_depth is not None:
+            unused = (
+                f"PPOConfig.stock_depth={config.stock_depth} needs an env that resets from a "
+                f'stock (reset_strategy="stock"); this env resets with {env.reset_strategy!r}'
+            )
+            if env.requested_strategy != "auto":
+                raise ValueError(f"{unused}: drop stock_depth, or make the env with the stock")
+            warnings.warn(f'{unused}, which "auto" chose on this device: unused', stacklevel=3)
         return None
     try:
         limit = (mesh.devices.flat[0].memory_stats() or {}).get("bytes_limit")
