@@ -27,6 +27,13 @@ class Config:
     seed: int = 0
     episodes_shown: int = 3  # finished episodes listed per env
 
+    def __post_init__(self):
+        for name, least in (("num_envs", 1), ("steps", 1), ("episodes_shown", 0)):
+            if getattr(self, name) < least:
+                raise ValueError(
+                    f"--{name.replace('_', '-')} must be >= {least}, got {getattr(self, name)}"
+                )
+
 
 def main(cfg: Config) -> None:
     space = C.ContextSpace(

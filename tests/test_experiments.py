@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from metarl import checkpoint
@@ -122,3 +123,7 @@ def test_random_contexts_lists_each_episode_with_the_context_it_ran_in(capsys):
     gravities = [float(r[2]) for r in episodes]
     assert len(gravities) == 3 and len(set(gravities)) == 3, rows
     assert all(5.0 <= g <= 15.0 for g in gravities)
+    # a negative count listed all but the last episodes; no env divided by zero
+    for field, value in (("episodes_shown", -1), ("num_envs", 0), ("steps", 0)):
+        with pytest.raises(ValueError, match=f"--{field.replace('_', '-')} must be >="):
+            random_contexts.Config(**{field: value})
