@@ -60,6 +60,21 @@ def test_a_pinned_loguniform_draws_exactly_its_value():
     assert float(sys.opt.timestep) == float(SYS.opt.timestep)
 
 
+def test_an_absolute_loguniform_pins_to_a_default_of_zero():
+    """MJX's viscosity is 0 unless a model sets it: pinned(default_context()) refused it
+    (LogUniform needs low > 0), though it must run every env in its own physics."""
+    from metarl.envs import make_contextual
+
+    space = C.ContextSpace({"viscosity": C.LogUniform(1e-3, 1e-1)})
+    env = make_contextual("inverted_pendulum", space, backend="mjx")
+    own = env.space.pinned(env.default_context())
+    drawn = env.binding.sample(jax.random.key(0), own)
+    assert float(drawn["viscosity"]) == 0.0
+    assert float(env.binding.apply(drawn).opt.viscosity) == 0.0
+    with pytest.raises(ValueError, match=r"LogUniform needs low > 0 \(or low = high = 0\)"):
+        C.LogUniform(0.0, 1.0)
+
+
 def test_spaces_compare_by_value_and_record_the_same_text_from_numpy_or_jax_numbers():
     from metarl.trees import stable_repr
 

@@ -272,7 +272,9 @@ class Uniform(Distribution):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LogUniform(Distribution):
-    """Log-uniform on [low, high], 0 < low <= high."""
+    """Log-uniform on [low, high], 0 < low <= high; or the point low = high = 0, where
+    ``space.pinned(env.default_context())`` puts an absolute range whose default is 0
+    (a viscosity, an armature)."""
 
     low: Any
     high: Any
@@ -281,16 +283,20 @@ class LogUniform(Distribution):
     _numeric: ClassVar = ("low", "high")
 
     def _check(self):
-        if np.any(np.asarray(self.low) <= 0):
-            raise ValueError(f"LogUniform needs low > 0, got low={self.low}")
+        low, high = np.asarray(self.low), np.asarray(self.high)
+        if np.any((low <= 0) & ~((low == 0) & (high == 0))):
+            raise ValueError(f"LogUniform needs low > 0 (or low = high = 0), got low={self.low}")
         if np.any(np.asarray(self.low) > np.asarray(self.high)):
             raise ValueError(f"LogUniform needs low <= high, got low={self.low}, high={self.high}")
 
     def sample(self, key, shape=()):
-        u = jax.random.uniform(key, shape, minval=jnp.log(self.low), maxval=jnp.log(self.high))
+        low, high = jnp.asarray(self.low, jnp.float32), jnp.asarray(self.high, jnp.float32)
+        point = low == high  # a pinned range draws exactly its value, 0 included
+        u = jax.random.uniform(
+            key, shape, minval=jnp.log(jnp.where(point, 1.0, low)), maxval=jnp.log(high)
+        )
         # exp(log(x)) can round one float32 step off x: keep draws inside [low, high]
-        # (a pinned range draws exactly its value)
-        return jnp.clip(jnp.exp(u), self.low, self.high)
+        return jnp.where(point, low, jnp.clip(jnp.exp(u), low, high))
 
     def support(self):
         return np.asarray(self.low), np.asarray(self.high)
