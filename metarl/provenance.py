@@ -64,6 +64,11 @@ def source_hash(*roots: pathlib.Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def source_roots() -> list[pathlib.Path]:
+    """The folders of metarl's own source (`source_hash`): metarl and curricula."""
+    return [pathlib.Path(m.__file__).parent for m in (metarl, curricula)]
+
+
 def software() -> dict[str, str | None]:
     """{name: version} of metarl, its source hash and the libraries it runs on
     (None for a library that is not installed)."""
@@ -74,10 +79,9 @@ def software() -> dict[str, str | None]:
         except PackageNotFoundError:
             return None
 
-    roots = [pathlib.Path(m.__file__).parent for m in (metarl, curricula)]
     return {
         "metarl": metarl.__version__,
-        "metarl_source": source_hash(*roots),
+        "metarl_source": source_hash(*source_roots()),
         **{name: installed(name) for name in LIBRARIES},
     }
 

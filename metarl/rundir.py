@@ -120,8 +120,7 @@ def describe_env(env: ContextualEnv) -> dict[str, Any]:
 def _own_classes(cls: type) -> list[type]:
     """The classes `cls` is built from that no other record covers: not those of an
     installed library (`software`'s versions), nor metarl's own (its source hash)."""
-    covered = [pathlib.Path(m.__file__).parent for m in (sys.modules["metarl"],)]
-    covered.append(pathlib.Path(sys.modules["curricula"].__file__).parent)
+    covered = [root.resolve() for root in provenance.source_roots()]
     own = []
     for c in cls.__mro__:
         file = getattr(sys.modules.get(c.__module__), "__file__", None)
@@ -129,7 +128,7 @@ def _own_classes(cls: type) -> list[type]:
             continue
         path = pathlib.Path(file).resolve()
         if {"site-packages", "dist-packages"} & set(path.parts) or any(
-            path.is_relative_to(root.resolve()) for root in covered
+            path.is_relative_to(root) for root in covered
         ):
             continue
         own.append(c)
