@@ -430,3 +430,51 @@ def test_check_env_steps_a_discrete_action_env_with_action_indices():
     env = make_contextual(ThreePushes(), space, episode_length=40)
     report = check_env(env, num_envs=4, max_steps=60)
     assert report["trials_ended"] > 0 and report["contexts_reaching"] == 1
+
+
+class _Silent(Puck):
+    """Passes on the done it is given, as Brax's reacher, half_cheetah, swimmer and
+    pusher do: their step never sets it."""
+
+    def step(self, state, action):
+        return super().step(state, action).replace(done=state.done)
+
+
+@pytest.mark.parametrize("strategy", ["loop", "compact", "dense", "pool"])
+def test_an_env_whose_step_never_sets_done_ends_episodes_at_their_length(strategy):
+    """The step that ended an episode returned done 1, and the wrapped env got it back
+    with the next step: every later episode 'terminated' after one step (PPO counted
+    four times as many episodes on reacher_goal, each 1.25 steps long)."""
+    env = make_contextual(
+        _Silent(),
+        C.ContextSpace({"gravity": C.Uniform(5.0, 12.0)}),
+        episode_length=3,
+        reset_strategy=strategy,
+    )
+    ends = _ends(env, steps=9)
+    np.testing.assert_array_equal(ends, np.tile([0, 0, 1], 3)[:, None] * np.ones((1, 2)))
+
+
+def test_reacher_ends_episodes_at_their_length():
+    env = make_contextual(
+        "reacher_goal", C.ContextSpace({"goal_distance": C.Uniform(0.1, 0.2)}), episode_length=3
+    )
+    np.testing.assert_array_equal(
+        _ends(env, steps=6), np.tile([0, 0, 1], 2)[:, None] * np.ones((1, 2))
+    )
+
+
+def _ends(env, steps: int) -> np.ndarray:
+    """[steps, 2]: which of 2 envs ended an episode at each step, zero actions."""
+
+    @jax.jit
+    def run(key):
+        state = jax.vmap(env.reset)(jax.random.split(key, 2))
+
+        def body(s, _):
+            s = jax.vmap(env.step)(s, jnp.zeros((2, env.action_size)))
+            return s, s.done
+
+        return jax.lax.scan(body, state, None, steps)[1]
+
+    return np.asarray(run(jax.random.key(0)))

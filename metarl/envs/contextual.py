@@ -258,8 +258,11 @@ class ContextualEnv(Env):
         trial: TrialInfo = state.info[TRIAL]
         drawn = (state.info[CONTEXT], state.info[DERIVED])
         context = drawn[0]
-        # The wrapped env sees its own observation, without the context appended.
-        inner = state.replace(obs=self._base(state.obs))
+        # The wrapped env sees its own observation, without the context appended, and
+        # done 0 (as Brax's AutoResetWrapper gives it): an env whose step never sets
+        # done (reacher, half_cheetah, swimmer, pusher) passes on the one it gets, and
+        # the 1 of the step that ended the last episode would end every later one.
+        inner = state.replace(obs=self._base(state.obs), done=jnp.zeros_like(state.done))
         # No barrier between the physics and the reset's select: one on a CPU
         # (2026-11-24 to 2026-11-28) changed no state in any configuration tried,
         # on two hosts (benchmarks/results/README.md, 2026-11-28 (fence)).
