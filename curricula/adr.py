@@ -83,8 +83,10 @@ def ADR(  # noqa: N802
     A boundary moves at most once per update: once it has moved, the rest of that
     segment's entries for it (measured at the old value) are dropped. Envs with no
     completed episode in the segment contribute nothing, and neither does an episode
-    whose trial started before the segment (it ran in a context drawn under the earlier
-    assignment: `TrialInfo.current_ranges`). A segment must give each env a few trials:
+    whose trial was drawn under other ranges than the env's current ones (one that
+    started before the segment, under an earlier assignment: `TrialInfo.current_ranges`;
+    where the env's assignment did not change, its episodes count). A segment must
+    give each env a few trials:
     otherwise the longest, most successful trials never end inside one and are never
     credited; `metarl.experiment.run` refuses fewer than two trials' worth of steps
     per env (`MIN_TRIALS_PER_SEGMENT`).

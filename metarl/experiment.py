@@ -626,12 +626,13 @@ def _over_seeds(tag: str, scores: np.ndarray) -> dict[str, float]:
     }
 
 
-# A per-env curriculum (ADR) credits an env only with trials that start and end
-# inside one segment (`TrialInfo.current_ranges`): the trial running when a segment
-# starts ran under the earlier assignment. Two trials' worth of steps per env is the
-# least that always fits one whole trial after it; fewer, and the trials that last
-# longest, the successful ones, are never credited (compare_curricula once ran ADR
-# at 400 steps per env per segment with 500-step episodes: it could not widen).
+# A per-env curriculum (ADR) credits an env only with episodes of trials drawn under
+# its current ranges (`TrialInfo.current_ranges`): where its assignment changed, the
+# trial running when a segment starts ran under the earlier one. Two trials' worth of
+# steps per env is the least that always fits one whole trial after it; fewer, and the
+# trials that last longest, the successful ones, are never credited (compare_curricula
+# once ran ADR at 400 steps per env per segment with 500-step episodes: it could not
+# widen).
 MIN_TRIALS_PER_SEGMENT = 2
 
 
