@@ -137,3 +137,33 @@ def test_geom_size_skips_planes_and_meshes():
     for geom in ("floor", "meshbox"):
         with pytest.raises(ValueError, match=rf"geoms {geom} would not change: it is a plane"):
             C.bind(C.ContextSpace({f"geom_size[{geom}]": C.Scale(0.5, 2.0)}), model, "mjx")
+
+
+_FIXED_BODIES = """<mujoco><worldbody>
+  <body name="post" pos="0 0 0.5"><geom type="box" size="0.1 0.1 0.5" mass="3"/></body>
+  <body name="goal" mocap="true" pos="1 0 0"><geom type="sphere" size="0.05" contype="0"
+    conaffinity="0" mass="1"/><body name="flag"><geom size="0.02" mass="1"/></body></body>
+  <body name="arm"><joint name="h" type="hinge" axis="0 1 0"/>
+    <geom type="capsule" fromto="0 0 0 0.5 0 0" size="0.03" mass="1"/></body>
+</worldbody><actuator><motor joint="h"/></actuator></mujoco>"""
+
+
+@pytest.mark.parametrize("name", ["mass", "inertia", "com_offset"])
+def test_body_quantities_are_refused_on_bodies_no_joint_moves(name):
+    """A post welded to the world, a mocap goal and the flag welded to it have no dof:
+    their mass, inertia and centre of mass enter no equation of motion (the reacher's
+    and finger's targets took a mass context that changed nothing)."""
+    from mujoco import mjx
+
+    model = mjx.put_model(mujoco.MjModel.from_xml_string(_FIXED_BODIES))
+    dist = C.Uniform(-0.1, 0.1) if name == "com_offset" else C.Scale(0.5, 2.0)
+    for fixed in ("post", "goal", "flag"):
+        with pytest.raises(ValueError, match=f"bodies {fixed} would not change: it is welded"):
+            C.bind(C.ContextSpace({f"{name}[{fixed}]": dist}), model, "mjx")
+    per_element = (
+        C.Uniform(-0.1, 0.1, per_element=True)
+        if name == "com_offset"
+        else (C.Scale(0.5, 2.0, per_element=True))
+    )
+    binding = C.bind(C.ContextSpace({name: per_element}), model, "mjx")
+    assert binding.entries[0].draw_shape[:1] == (1,)  # the arm alone

@@ -399,6 +399,26 @@ def test_playground_refuses_cached_constants(name, message):
         make_contextual("playground/CartpoleBalance", C.ContextSpace({name: C.Scale(0.5, 2.0)}))
 
 
+def test_playground_refuses_a_mass_the_env_keeps_and_an_implementation_other_than_jax():
+    """Go1, Spot, OP3, Barkour and the LEAP hand keep a torso's (cube's) mass read at
+    construction to scale their pushes; MJX's warp implementation took mass contexts
+    and crashed at the first reset (metarl derives their constants with JAX code)."""
+    from mujoco_playground import registry
+
+    env = registry.load("CartpoleBalance", config_overrides={"impl": "jax"})
+    env._torso_mass = float(env.mj_model.body_subtreemass[1])  # as Go1's joystick does
+    for name in ("mass[pole_1]", "body_mass[2]"):
+        with pytest.raises(ValueError, match="reads _torso_mass from the model at construction"):
+            make_contextual(env, C.ContextSpace({name: C.Scale(0.5, 2.0)}))
+    make_contextual(env, C.ContextSpace({"gravity": C.Scale(0.5, 2.0)}))  # others stay
+    with pytest.raises(ValueError, match="MJX's 'warp' implementation.*impl='jax'"):
+        make_contextual(
+            "playground/CartpoleBalance",
+            C.ContextSpace({"gravity": C.Scale(0.5, 2.0)}),
+            impl="warp",
+        )
+
+
 @pytest.mark.parametrize(
     "env, kwargs, message",
     [
@@ -456,12 +476,16 @@ STATIC_XML = """
 def test_check_env_refuses_contexts_that_move_only_derived_quantities():
     """A static post's mass (like a frictionless contact's friction) changes MJX's
     derived fields (the post's inertia in world frame) but no motion: check_env
-    compared every pipeline_state leaf and passed it."""
-    name = "mass[post]"
+    compared every pipeline_state leaf and passed it. The canonical `mass[post]` is
+    now refused when the env is built (no joint moves the post); the raw field, which
+    writes exactly what it names, is left to check_env."""
+    name = "body_mass[1]"
     robot = MjcfEnv(STATIC_XML, observe=_observe, reward=_reward, n_frames=2)
     env = make_contextual(robot, C.ContextSpace({name: C.Scale(0.5, 2.0)}), episode_length=5)
     with pytest.raises(ContractError, match=rf"context '{re.escape(name)}' changes nothing"):
         check_env(env, num_envs=4, max_steps=12)
+    with pytest.raises(ValueError, match="bodies post would not change: it is welded"):
+        make_contextual(robot, C.ContextSpace({"mass[post]": C.Scale(0.5, 2.0)}))
 
 
 # A pendulum resting on its joint limit: how far it sinks past the limit is set by

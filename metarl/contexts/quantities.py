@@ -792,6 +792,24 @@ _armature = _dof_field("dof.armature", "dof_armature")
 _viscosity = _fluid_field("viscosity")
 _density = _fluid_field("density")
 
+
+def _moving(sys, backend) -> np.ndarray:
+    """Bodies some joint moves: a body welded to the world or to a mocap body (which
+    the user places, as the reacher's target) has no dof, and its mass, inertia and
+    centre of mass enter no equation of motion."""
+    weld = np.asarray(sys.body_weldid)
+    return ((weld != 0) & (np.asarray(sys.body_mocapid)[weld] < 0))[1:]
+
+
+# The body quantities' live elements: an entry that names none covers the moving bodies
+_MOVING = {
+    "live": _moving,
+    "dead_hint": "it is welded to the world or to a mocap body (no joint moves it, as the "
+    "reacher's target), so nothing it carries enters the dynamics",
+    "skip_dead": True,
+}
+
+
 QUANTITIES: dict[str, Quantity] = {
     "gravity": Quantity(
         units="m/s^2",
@@ -807,6 +825,7 @@ QUANTITIES: dict[str, Quantity] = {
         apply=_mass_apply,
         strict=True,
         requires=spring_scale_check("spring_mass_scale", "mass"),
+        **_MOVING,
     ),
     "inertia": Quantity(
         units="x default",
@@ -816,6 +835,7 @@ QUANTITIES: dict[str, Quantity] = {
         strict=True,
         absolute=False,
         requires=spring_scale_check("spring_inertia_scale", "inertia"),
+        **_MOVING,
     ),
     "friction": Quantity(
         units="coefficient",
@@ -934,6 +954,7 @@ QUANTITIES: dict[str, Quantity] = {
         default=lambda sys: jnp.zeros((sys.nbody - 1, 3), jnp.float32),
         apply=_com_offset_apply,
         lower=None,
+        **_MOVING,
     ),
     "actuator_kp": Quantity(
         units="N/m or N m/rad",

@@ -918,6 +918,13 @@ def bind(
     """
     task = dict(task or {})
     stale = dict(stale or {})
+    impl = getattr(getattr(sys, "impl", None), "name", "JAX")
+    if impl != "JAX":  # the constants a context derives are computed with MJX's JAX code
+        raise ValueError(
+            f"this model runs MJX's {impl.lower()!r} implementation; metarl writes contexts "
+            "into the model and derives their constants with MJX's JAX implementation: build "
+            "the env with impl='jax'"
+        )
     clash = sorted(set(task) & set(QUANTITIES))
     if clash:
         raise ValueError(f"task parameters {clash} shadow canonical quantities: rename them")

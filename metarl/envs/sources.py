@@ -155,6 +155,7 @@ class PlaygroundSource:
             )
         self.env = env
         self._task = _task(env)
+        self.stale = {**PLAYGROUND_STALE, **_cached_masses(env)}
         repeat = getattr(getattr(env, "_config", None), "action_repeat", 1)
         if repeat != 1:  # read by Playground's Brax training wrapper, not by the env
             raise ValueError(
@@ -186,6 +187,20 @@ class PlaygroundSource:
             state.pipeline_state, state.obs, state.reward, state.done, state.metrics, state.info
         )
         return _to_brax(self.env.step(s, action))
+
+
+def _cached_masses(env: Any) -> dict[str, str]:
+    """`mass` and the raw mass fields, refused where the env keeps a mass of its own
+    (Go1's, Spot's, OP3's, Barkour's torso, the LEAP hand's cube: `_torso_mass`,
+    `_cube_mass`, read from the model at construction and scaling its pushes)."""
+    cached = sorted(k for k in vars(env) if k.endswith("_mass"))
+    if not cached:
+        return {}
+    why = (
+        f"{type(env).__name__} reads {', '.join(cached)} from the model at construction (to "
+        "scale the pushes it applies, say), which a new mass would leave stale"
+    )
+    return dict.fromkeys(("mass", "body_mass", "body_subtreemass"), why)
 
 
 def _to_brax(s) -> State:
