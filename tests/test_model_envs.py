@@ -166,6 +166,40 @@ def test_mjcf_env_takes_a_model_or_a_path(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"reset_noise": float("nan")}, "reset_noise must be a finite number >= 0, got nan"),
+        ({"reset_noise": -0.1}, "reset_noise must be a finite number >= 0"),
+        ({"n_frames": 0}, "n_frames must be an integer >= 1"),
+        ({"task_params": [1, 2]}, "task_params must be a mapping"),
+        ({"observe": 3}, "observe must be a function, got int"),
+        (
+            {"observe": lambda d, t: d.qpos[0]},
+            "observe must return a 1-D vector for one env, got shape ()",
+        ),
+        ({"observe": lambda d, t: jnp.stack([d.qpos] * 2)}, "observe must return a 1-D vector"),
+        (
+            {"reward": lambda d, a, n, t: n.qpos[:3]},
+            "reward must return one number (shape ()) for one env, got shape (3,)",
+        ),
+        ({"terminated": lambda d, t: d.qpos[:2] > 0}, "terminated must return one number"),
+    ],
+)
+def test_mjcf_env_refuses_bad_settings_and_outputs_before_anything_runs(kwargs, message):
+    """A reward of shape (3,) made each env's return a vector, a NaN reset noise gave
+    non-finite resets whose observations were silently zeroed."""
+    settings = {"observe": _observe, "reward": _reward, **kwargs}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        env = make_contextual(
+            MjcfEnv(XML, **settings), C.ContextSpace({"gravity": C.Scale(0.5, 2)})
+        )
+        jax.eval_shape(
+            lambda k: env.step(env.reset(k), jnp.zeros(env.action_size)), jax.random.key(0)
+        )
+    assert MjcfEnv(XML, observe=_observe, reward=_reward, n_frames=np.int64(2)).n_frames == 2
+
+
+@pytest.mark.parametrize(
     "name, message",
     [
         ("frictionloss", "hip_right would not change"),

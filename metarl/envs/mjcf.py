@@ -23,6 +23,8 @@ control step is ``n_frames`` physics steps of the *current* timestep, so
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -77,18 +79,26 @@ class MjcfEnv:
         task_params: Mapping[str, Any] | None = None,
     ):
         self._mjx_model = _load(model)
+        for name, fn in (("observe", observe), ("reward", reward), ("terminated", terminated)):
+            if fn is not None and not callable(fn):
+                raise ValueError(f"MjcfEnv: {name} must be a function, got {type(fn).__name__}")
         for name, fn in (("observe", observe), ("reward", reward)):
             overridden = getattr(type(self), name) is not getattr(MjcfEnv, name)
             if fn is None and not overridden:
                 raise ValueError(f"MjcfEnv needs {name}=... (a function) or a subclass defining it")
         self._observe, self._reward, self._terminated = observe, reward, terminated
-        if not isinstance(n_frames, int) or isinstance(n_frames, bool) or n_frames < 1:
+        if not isinstance(n_frames, numbers.Integral) or isinstance(n_frames, bool) or n_frames < 1:
             raise ValueError(f"n_frames must be an integer >= 1, got {n_frames!r}")
-        if reset_noise < 0:
-            raise ValueError(f"reset_noise must be >= 0, got {reset_noise!r}")
-        self.n_frames = n_frames
+        if not (isinstance(reset_noise, numbers.Real) and 0 <= reset_noise < math.inf):
+            raise ValueError(f"reset_noise must be a finite number >= 0, got {reset_noise!r}")
+        self.n_frames = int(n_frames)
         self.reset_noise = float(reset_noise)
         if task_params is not None:
+            if not isinstance(task_params, Mapping):
+                raise ValueError(
+                    "task_params must be a mapping {name: default value}, got "
+                    f"{type(task_params).__name__}"
+                )
             self.task_params = dict(task_params)
 
     # ---- the functions a user gives or overrides ----
@@ -128,7 +138,7 @@ class MjcfEnv:
         qvel = self.reset_noise * jax.random.uniform(k_v, (m.nv,), minval=-1, maxval=1)
         data = mjx.forward(m, mjx.make_data(m).replace(qpos=qpos, qvel=qvel))
         zero = jnp.zeros((), jnp.float32)
-        obs = self.observe(data, self.task_params)
+        obs = _shaped("observe", self.observe(data, self.task_params), "a 1-D vector", 1)
         return State(data, obs, zero, zero, {}, {})
 
     def step(self, state: State, action: jax.Array) -> State:
@@ -136,8 +146,20 @@ class MjcfEnv:
         data = state.pipeline_state.replace(ctrl=action)
         data = jax.lax.fori_loop(0, self.n_frames, lambda _, d: mjx.step(m, d), data)
         task = self.task_params
-        reward = jnp.asarray(self.reward(state.pipeline_state, action, data, task), jnp.float32)
-        done = jnp.asarray(self.terminated(data, task), jnp.float32)
-        return state.replace(
-            pipeline_state=data, obs=self.observe(data, task), reward=reward, done=done
+        reward = _shaped("reward", self.reward(state.pipeline_state, action, data, task))
+        done = _shaped("terminated", self.terminated(data, task))
+        obs = _shaped("observe", self.observe(data, task), "a 1-D vector", 1)
+        return state.replace(pipeline_state=data, obs=obs, reward=reward, done=done)
+
+
+def _shaped(name: str, value: Any, what: str = "one number (shape ())", ndim: int = 0):
+    """`value` as float32, refused (at trace time) unless it has `ndim` dimensions: a
+    reward of shape (3,) made every env's return a vector, a 2-D observation reported
+    its last axis as the observation size."""
+    value = jnp.asarray(value, jnp.float32)
+    if value.ndim != ndim:
+        raise ValueError(
+            f"MjcfEnv: {name} must return {what} for one env, got shape {value.shape} "
+            "(metarl batches envs with vmap: return one env's value)"
         )
+    return value
