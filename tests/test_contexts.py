@@ -731,6 +731,12 @@ def test_visible_pinned_defaults_observe_the_mean_default():
     mean = float(np.mean(env.default_context()["friction"]))
     state = jax.jit(env.reset)(jax.random.key(0), env.space.pinned(env.default_context()))
     np.testing.assert_allclose(state.obs[-1], (mean - 0.8) / 0.4, rtol=1e-6)
+    # an env built on the pinned space (the env's own physics, the same observation
+    # layout) observed NaN: its normaliser came from NaN bounds
+    own = make_contextual("hopper", env.space.pinned(env.default_context()), visible_context=True)
+    drawn = own.binding.sample(jax.random.key(0))
+    assert np.isnan(float(drawn["friction"]))  # "each element at its default"
+    np.testing.assert_array_equal(np.asarray(own.binding.normalise(drawn)), [0.0])
 
 
 @pytest.mark.parametrize(

@@ -536,6 +536,9 @@ class Binding:
             if e.mixed_default:  # the env's own values: per element, or their mean if shared
                 own = e.default if e.per_element else np.float32(e.default.mean())
                 c = jnp.where(jnp.isnan(c), own, c)
+                # a space pinned to those values (NaN bounds) is a point at them
+                offset = np.where(np.isnan(offset), own, offset)
+                scale = np.where(np.isnan(scale), np.maximum(np.abs(own), 1.0), scale)
             v = (c - offset) / scale
             parts.append(jnp.reshape(jnp.broadcast_to(v, e.draw_shape), (-1,)))
         if not parts:
