@@ -137,7 +137,12 @@ def _space(sys, backend: str) -> C.ContextSpace:
 
 def _brax_randomizer(num_envs: int, drawn: bool = True, every_field: bool = False):
     """Brax's `randomization_fn`: gravity, per-body mass and per-geom friction drawn per
-    env. `drawn=False`: those fields batched but left at the env's values; `every_field`:
+    env, written as a Brax user writes them: the mass into `body_mass` and
+    `link.inertia.mass` alone, friction into every geom. metarl's `mass` also scales
+    each body's inertia tensor with it and recomputes the solver's inverse weights
+    (`metarl.contexts.quantities`): a context batches more fields than this DR, whose
+    step keeps those as constants of the program, so DR is the cheaper side.
+    `drawn=False`: those fields batched but left at the env's values; `every_field`:
     every array of the System batched (one copy per env), none of it a constant of the
     program."""
 
@@ -199,8 +204,12 @@ def _rollout(reset, step, action_size: int, num_envs: int, steps: int, refill=No
     for some variants than for others. The first reset is `start`'s, untimed: a
     stock starts empty, and its first fill (`depth` resets per env, once per PPO run)
     would otherwise count in every round. With `refill` (contextual_stock), the steps
-    run in blocks of `depth`, each after a `refill` of the states (a refill counted
-    once per block). `run` takes its state donated and returns the last one, as PPO's
+    run in blocks of `depth`, each followed by a `refill` of the entries it used (a
+    refill counted once per block). Until 2026-11-28 (audit) the refill came before
+    each block: a round's first refill had nothing to compute (`start` filled the
+    stock) and the resets its last block used were never computed in it, so a round
+    left out 1/blocks of its resets (64 steps at depth 16: a quarter).
+    `run` takes its state donated and returns the last one, as PPO's
     training loop and any loop that steps on from it do. Until 2026-11-27 (donated)
     it returned the sums alone: XLA then copied the state passed in before stepping
     it (for the stock of ant on MJX at 1024 envs, 195 MB a call), and dropped from
@@ -213,9 +222,9 @@ def _rollout(reset, step, action_size: int, num_envs: int, steps: int, refill=No
         read = sum(jnp.sum(x) for x in jax.tree.leaves((nxt.obs, nxt.reward)))
         return nxt, (nxt.done.sum(), _refilled(state, nxt), read)
 
-    def block(state, keys):
-        state, (dones, _, read) = jax.lax.scan(body, refill(state), keys)
-        return state, (dones.sum(), jnp.int32(1), read.sum())
+    def block(state, keys):  # the steps, then the refill of the entries they used
+        state, (dones, _, read) = jax.lax.scan(body, state, keys)
+        return refill(state), (dones.sum(), jnp.int32(1), read.sum())
 
     def start(key):
         return reset(key) if refill is None else refill(reset(key))

@@ -11,7 +11,14 @@ clip; metarl updates the statistics after the SGD epochs (the critic and SGD use
 the statistics the rollout acted with, `metarl.agents.ppo.learner`), Brax PPO
 before them (its default, without the adaptive-KL learning rate). The env has no
 varying context (an empty ContextSpace for metarl), so the trainers are
-compared, not the randomisation.
+compared, not the randomisation. The algorithms differ in three more places, which
+the speed and the return both include: Brax recomputes GAE inside every
+minibatch's loss with the current critic (`num_minibatches x num_updates_per_batch`
+GAE scans and bootstrap passes an iteration), metarl once an iteration before the
+epochs (`metarl.agents.ppo.learner`); Brax, with its default
+`bootstrap_on_timeout=False`, gives a truncated step no advantage, metarl
+bootstraps it from V(final_obs); Brax's auto-reset restarts every env from the
+state it first reset to, metarl from a fresh reset.
 
 Reported per trainer, in one run: steady training env-steps/s, compile time
 (the wall time of training minus the steps trained / steady speed: tracing,

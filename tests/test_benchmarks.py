@@ -372,7 +372,7 @@ def test_the_stocks_first_fill_is_outside_the_timed_rollout():
     PPO pays once a run (in init_env_state); timed inside every round, it made the
     stock's short rollouts look slower than its steps are. The untimed start fills it:
     its entries are the envs' next resets (base = resets), and the timed rollout
-    refills once per block. The "contextual" variant whose strategy is the stock
+    refills once per block, after it. The "contextual" variant whose strategy is the stock
     ("auto" on a GPU) is stepped the same way: it times what PPO runs."""
     from metarl.envs.contextual import POOL, TRIAL
 
@@ -386,10 +386,13 @@ def test_the_stocks_first_fill_is_outside_the_timed_rollout():
         stock = state.info[POOL]
         np.testing.assert_array_equal(stock.base, state.info[TRIAL].resets)
         assert stock.depth((8,)) == 4
-        (dones, refills, _), _ = rollout.run(key, state)
+        (dones, refills, _), last = rollout.run(key, state)
         # donated, as PPO's training loop takes it: the stock is not copied per call
         assert all(x.is_deleted() for x in jax.tree.leaves(state))
         assert int(refills) == cfg.steps // cfg.stock_depth
+        # every reset the timed steps used was computed in them: the stock ends full
+        # (a refill before each block left the last block's resets to no round)
+        np.testing.assert_array_equal(last.info[POOL].base, last.info[TRIAL].resets)
         assert int(dones) > 0  # inverted_pendulum falls within 8 random steps: the stock is used
 
 
