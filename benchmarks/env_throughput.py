@@ -2,7 +2,8 @@
 
 All variants run in one process, compiled first (after an untimed warm-up
 compile: `_warm_up`), then timed in paired rounds
-(each round runs every variant once, in turn), so that the ratios compare
+(each round runs every variant once, in turn, round r starting with the r-th
+variant since 2026-11-28; before, plain Brax always ran first), so that the ratios compare
 runs made under the same machine load. Each variant rolls out random actions
 for `steps` steps on `num_envs` envs inside one jitted `lax.scan`; the envs'
 first reset is a program of its own, run before each timed call and not timed
@@ -407,9 +408,13 @@ def bench(name: str, n: int, cfg: Config) -> dict:
         runs[label] = _Rollout(start, compiled)
         dones[label], refills[label] = map(int, compiled(key, start(key))[0][:2])
     times = {label: [] for label in runs}
+    labels = list(runs)
     for r in range(cfg.rounds):
         k = jax.random.key(r + 1)
-        for label, rollout in runs.items():
+        # each round starts with another variant: pairing cancels drift, not a cost
+        # (or gain) of running first or last in a round
+        for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+            rollout = runs[label]
             state = jax.block_until_ready(rollout.start(k))  # untimed
             t0 = time.perf_counter()
             jax.block_until_ready(rollout.run(k, state))
