@@ -217,8 +217,8 @@ def outside(env: ContextualEnv, name: str, dist, lo, hi, factor: float, margin):
     of the turn on either side (farther would come back toward the interval)."""
     centre, half = (lo + hi) / 2, (hi - lo) / 2
     outer_lo, outer_hi = centre - factor * half, centre + factor * half
-    if name in periods(env):
-        rest = float(periods(env)[name]) - (hi - lo)
+    if name in (turns := periods(env)):
+        rest = float(turns[name]) - (hi - lo)
         outer_lo = np.maximum(outer_lo, lo - rest / 2)
         outer_hi = np.minimum(outer_hi, hi + rest / 2)
     return tuple(clip_physical(env, name, dist, lo, hi, v, margin) for v in (outer_lo, outer_hi))

@@ -178,8 +178,9 @@ def _value_text(value: Any) -> str:
     if _plain(value):
         return stable_repr(value)
     if isinstance(value, jax.Array | np.ndarray | np.generic):
-        leaf = np.ascontiguousarray(to_numpy(value))
-        return f"{leaf.dtype}{leaf.shape}:{hashlib.sha256(leaf.tobytes()).hexdigest()[:16]}"
+        digest = hashlib.sha256()
+        _digest_fields(digest, value)  # dtype, shape and bytes, as the model digest
+        return digest.hexdigest()[:16]
     return type(value).__qualname__
 
 
