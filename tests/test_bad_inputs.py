@@ -158,7 +158,10 @@ ROWS = [
     ("gae_lambda=2", config(gae_lambda=2.0), ValueError, "gae_lambda"),
     ("learning_rate=0", config(learning_rate=0.0), ValueError, "learning_rate must be > 0"),
     ("learning_rate<0", config(learning_rate=-1e-3), ValueError, "learning_rate must be > 0"),
-    ("clipping=0", config(clipping_epsilon=0.0), ValueError, "clipping_epsilon must be > 0"),
+    *[
+        (f"clipping={v}", config(clipping_epsilon=v), ValueError, "clipping_epsilon must be in")
+        for v in (0.0, -0.2, 1.0, 2.0)
+    ],
     ("reward_scaling=0", config(reward_scaling=0.0), ValueError, "reward_scaling must be > 0"),
     ("entropy<0", config(entropy_cost=-0.1), ValueError, "entropy_cost must be >= 0"),
     ("value_coef<0", config(value_loss_coef=-1.0), ValueError, "value_loss_coef must be >= 0"),
@@ -595,3 +598,20 @@ def test_a_stock_depth_that_auto_leaves_unused_on_this_device_warns():
     with pytest.warns(UserWarning, match=r"stock_depth=2 .* which \"auto\" chose .*: unused"):
         s = ppo.make_train_space(env(), ppo.PPOConfig(**SMALL, stock_depth=2))
     assert s.stock_depth is None
+
+
+def test_numpy_numbers_and_lists_make_the_same_config_as_python_ones():
+    """A config built from NumPy scalars (a sweep over np.linspace) or a list of layer
+    sizes (a YAML file) is the config of the same Python values: equal, hashable, and
+    fit for the same train space."""
+    plain = ppo.PPOConfig(num_envs=8, learning_rate=1e-3, policy_hidden=(32, 32), seed=3)
+    numpy = ppo.PPOConfig(
+        num_envs=np.int64(8),
+        learning_rate=np.float64(1e-3),
+        policy_hidden=[np.int32(32), 32],
+        seed=np.uint32(3),
+    )
+    assert numpy == plain and hash(numpy) == hash(plain)
+    assert type(numpy.num_envs) is int and type(numpy.policy_hidden) is tuple
+    low = ppo.PPOConfig(learning_rate=np.float32(1e-3))
+    assert type(low.learning_rate) is float and low.learning_rate == float(np.float32(1e-3))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 from metarl.agents.distributions import ACTION_DISTRIBUTIONS
 from metarl.agents.networks import CORES
@@ -23,7 +24,11 @@ _BOOLS = ("normalize_observations", "rl2_inputs", "reset_every_episode")
 
 
 def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 # jax.random.key(seed) keeps the seed's low 32 bits: seeds 2**32 apart (or -1 and
@@ -125,7 +130,12 @@ class PPOConfig:
                 f"need 0 < discounting <= 1 and 0 <= gae_lambda <= 1, got {self.discounting}, "
                 f"{self.gae_lambda}"
             )
-        for name in ("learning_rate", "clipping_epsilon", "reward_scaling"):
+        if not 0 < self.clipping_epsilon < 1:
+            raise ValueError(
+                "PPOConfig.clipping_epsilon must be in (0, 1): the ratio is clipped to "
+                f"[1 - eps, 1 + eps], got {self.clipping_epsilon!r}"
+            )
+        for name in ("learning_rate", "reward_scaling"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"PPOConfig.{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("entropy_cost", "value_loss_coef"):
@@ -137,13 +147,18 @@ class PPOConfig:
             )
 
     def _check_types(self) -> None:
+        """Checks each field's type and stores NumPy scalars as Python ints and floats and
+        a list of layer sizes as a tuple, so equal configs compare and hash equal."""
         for name in (*_POSITIVE_INTS, "hidden_size", "seed"):
             if not _is_int(getattr(self, name)):
                 raise TypeError(f"PPOConfig.{name} must be an int, got {getattr(self, name)!r}")
-        if self.stock_depth is not None and not _is_int(self.stock_depth):
-            raise TypeError(
-                f"PPOConfig.stock_depth must be an int or None, got {self.stock_depth!r}"
-            )
+            self._set(name, int(getattr(self, name)))
+        if self.stock_depth is not None:
+            if not _is_int(self.stock_depth):
+                raise TypeError(
+                    f"PPOConfig.stock_depth must be an int or None, got {self.stock_depth!r}"
+                )
+            self._set("stock_depth", int(self.stock_depth))
         for name in _BOOLS:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(
@@ -152,10 +167,11 @@ class PPOConfig:
         floats = _FLOATS + (() if self.max_grad_norm is None else ("max_grad_norm",))
         for name in floats:
             value = getattr(self, name)
-            if not isinstance(value, int | float) or isinstance(value, bool):
+            if not _is_number(value):
                 raise TypeError(f"PPOConfig.{name} must be a number, got {value!r}")
             if not math.isfinite(value):
                 raise ValueError(f"PPOConfig.{name} must be finite, got {value!r}")
+            self._set(name, float(value))
         for name in ("policy_hidden", "value_hidden"):
             sizes = getattr(self, name)
             if not isinstance(sizes, tuple | list) or not all(_is_int(s) for s in sizes):
@@ -164,9 +180,13 @@ class PPOConfig:
                 )
             if any(s < 1 for s in sizes):
                 raise ValueError(f"PPOConfig.{name}: every layer size must be >= 1, got {sizes!r}")
+            self._set(name, tuple(int(s) for s in sizes))
         for name in ("core", "action_distribution", "returns_span"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"PPOConfig.{name} must be a string, got {getattr(self, name)!r}")
+
+    def _set(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)  # frozen: only __post_init__ normalises
 
     @property
     def batch_size(self) -> int:
