@@ -615,3 +615,14 @@ def test_numpy_numbers_and_lists_make_the_same_config_as_python_ones():
     assert type(numpy.num_envs) is int and type(numpy.policy_hidden) is tuple
     low = ppo.PPOConfig(learning_rate=np.float32(1e-3))
     assert type(low.learning_rate) is float and low.learning_rate == float(np.float32(1e-3))
+
+
+def test_a_policy_of_a_multi_seed_state_names_select_seed():
+    seeds = ppo.make_train_space(env(), ppo.PPOConfig(**SMALL), num_seeds=2)
+    ts = ppo.init_training_state(seeds, ppo.seed_keys(0, 2))
+    with pytest.raises(ValueError, match=r"holds 2 seeds.*select_seed\(training_state, k\)"):
+        ppo.make_policy(seeds, ts)
+    policy = ppo.make_policy(seeds, ppo.select_seed(ts, 1))
+    obs = jax.numpy.zeros((3, env().observation_size))
+    action, _ = policy(obs, policy.init_carry(3))
+    assert action.shape == (3, env().action_size)

@@ -46,7 +46,14 @@ class Policy(struct.PyTreeNode):
 
 def make_policy(space, training_state, deterministic: bool = True) -> Policy:
     """The agent of `space` (a TrainSpace) with `training_state`'s parameters and
-    observation statistics, as an inference function (see `Policy`)."""
+    observation statistics, as an inference function (see `Policy`). A state of a
+    multi-seed space holds every seed: pass one, ``ppo.select_seed(training_state, k)``."""
+    iterations = getattr(training_state, "iterations", None)
+    if iterations is not None and getattr(iterations, "ndim", 0) != 0:
+        raise ValueError(
+            f"make_policy: training_state holds {iterations.shape[0]} seeds (the space's "
+            "seed axis); build one seed's policy from ppo.select_seed(training_state, k)"
+        )
     return Policy(
         params=training_state.params,
         normalizer=training_state.normalizer,
