@@ -4,10 +4,14 @@ Single host: all local devices (on the CPU, simulate several with
 ``JAX_PLATFORMS=cpu JAX_NUM_CPU_DEVICES=2``). Several hosts: call
 `initialize_distributed()` (a thin wrapper of `jax.distributed.initialize`)
 first in every process; `jax.devices()` then lists every host's devices and
-the same mesh spans them all.
+the same mesh spans them all. An env that a process builds itself (an instance
+passed to `make_contextual`) must be built inside `process_local_devices()`.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import jax
 import numpy as np
@@ -33,3 +37,51 @@ def initialize_distributed(
         num_processes=num_processes,
         process_id=process_id,
     )
+
+
+@contextlib.contextmanager
+def process_local_devices() -> Iterator[None]:
+    """Within it, ``jax.devices()`` lists only this process's devices.
+
+    MJX's ``put_model``, which Brax and Playground envs call when they are built,
+    places the model on ``jax.devices()[0]``. In a multi-host run that device
+    belongs to process 0: on every other process the model's arrays are then held
+    by no local device, and nothing can read them. `make_contextual` builds envs
+    given by name inside this; build an env instance inside it too. A no-op in a
+    single process. Not thread-safe: it swaps ``jax.devices`` for the duration.
+    """
+    if jax.process_count() == 1:
+        yield
+        return
+    every = jax.devices
+    jax.devices = jax.local_devices
+    try:
+        yield
+    finally:
+        jax.devices = every
+
+
+def check_local(tree, what: str) -> None:
+    """Refuses a pytree with arrays that this process cannot read (see
+    `process_local_devices`)."""
+    remote = [
+        x for x in jax.tree.leaves(tree) if isinstance(x, jax.Array) and not x.is_fully_addressable
+    ]
+    if remote:
+        raise ValueError(
+            f"{what} lives on {remote[0].sharding.device_set} of another process (process "
+            f"{jax.process_index()} of {jax.process_count()} cannot read it): MJX's put_model "
+            "puts a model on jax.devices()[0]. Build the env inside "
+            "metarl.parallel.process_local_devices()"
+        )
+
+
+def fetch(tree):
+    """`jax.device_get`, also of arrays spread over several processes: those are
+    gathered from every process (`multihost_utils.process_allgather`), so each
+    process reads the whole value."""
+    if all(x.is_fully_addressable for x in jax.tree.leaves(tree) if isinstance(x, jax.Array)):
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(tree, tiled=True)

@@ -436,14 +436,116 @@ def test_data_parallel_training_on_two_devices():
     # that single-device processes compiled (cache hits on JAX 0.10.2), while the
     # setting is part of the key (misses). JAX_PLATFORMS keeps the subprocess on the CPU on a GPU
     # machine too, where JAX would otherwise pick the one GPU.
-    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2")
+    # Without the persistent cache: a cached executable loaded into a process of another
+    # device count is the likeliest cause of a crash (signal 11) seen on JAX 0.11.2;
+    # faulthandler prints the Python stack of such a crash.
     out = subprocess.run(
-        [sys.executable, "-c", MULTI_DEVICE], env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-X", "faulthandler", "-c", MULTI_DEVICE],
+        env=_cpu_env(JAX_NUM_CPU_DEVICES="2"),
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == 0, f"exit status {out.returncode}: {out.stderr[-3000:]}"
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["devices"] == 2
     assert report["params_identical"]
     assert report["obs_shards"] == [[64, 4], [64, 4]]
     assert report["losses_match"]
     assert report["returns"][-1] > 5 * report["returns"][0], report["returns"]
+
+
+def _cpu_env(**extra: str) -> dict[str, str]:
+    """The environment of a CPU subprocess: JAX_PLATFORMS keeps it off a GPU machine's GPU;
+    no persistent compilation cache."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    return dict(env, JAX_PLATFORMS="cpu", **extra)
+
+
+# Two processes of one CPU device each (two hosts, joined over gloo), or one process
+# of two devices: a segment, then a segment under wider ranges.
+TWO_HOSTS = textwrap.dedent(
+    """
+    import json, sys, jax, numpy as np
+    process, port = int(sys.argv[1]), sys.argv[2]
+    if process >= 0:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        from metarl.parallel import initialize_distributed
+        initialize_distributed(f"localhost:{port}", 2, process)
+    from metarl import contexts as C
+    from metarl.agents import ppo
+    from metarl.envs import make_contextual
+    space = C.ContextSpace({"gravity": C.Uniform(9.0, 10.5), "mass": C.Scale(0.8, 1.2)})
+    env = make_contextual("inverted_pendulum", space, episode_length=10)
+    from brax.envs.inverted_pendulum import InvertedPendulum
+    from metarl.parallel import process_local_devices
+    try:  # built outside process_local_devices: its model lives on process 0's device
+        make_contextual(InvertedPendulum(), space)
+        refused = ""
+    except ValueError as e:
+        refused = str(e)
+    with process_local_devices():
+        make_contextual(InvertedPendulum(), space)
+    config = ppo.PPOConfig(num_envs=8, unroll_length=4, num_minibatches=2,
+                           num_updates_per_batch=2, policy_hidden=(8,), value_hidden=(8,))
+    space = ppo.make_train_space(env, config)
+    ts = ppo.init_training_state(space, jax.random.key(0))
+    es = ppo.init_env_state(space, jax.random.key(1))
+    rows = []
+    for ranges in (None, C.ContextSpace({"gravity": C.Uniform(5.0, 15.0),
+                                         "mass": C.Scale(0.5, 1.5)})):
+        ts, es, m = ppo.run_train(space, ts, es, 64, context=ranges)
+        rows.append({k: np.asarray(m[k]).tolist() for k in
+                     ("episodes", "episode_return", "value_loss", "env_return_sum",
+                      "env_episodes")})
+    params = [np.asarray(x.addressable_shards[0].data).tolist() for x in jax.tree.leaves(ts.params)]
+    print(json.dumps({"devices": space.num_devices, "processes": jax.process_count(),
+                      "rows": rows, "params": params, "refused": refused}))
+    """
+)
+
+
+def test_two_hosts_train_as_one_host_of_two_devices():
+    """`initialize_distributed` on two hosts (two processes on localhost, one CPU device
+    each): both build the env, train, and read every env's sums, and they train exactly
+    as one process of two devices does. An env instance built outside
+    `process_local_devices` is refused where its model is out of reach."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = str(s.getsockname()[1])
+
+    def start(process: int, **env: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-X", "faulthandler", "-c", TWO_HOSTS, str(process), port],
+            env=_cpu_env(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    hosts = [start(0), start(1)]
+    outs = [p.communicate(timeout=600) for p in hosts]
+    one = subprocess.run(
+        [sys.executable, "-c", TWO_HOSTS, "-1", "0"],
+        env=_cpu_env(JAX_NUM_CPU_DEVICES="2"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    for p, (_, stderr) in zip(hosts, outs, strict=True):
+        assert p.returncode == 0, f"exit status {p.returncode}: {stderr[-3000:]}"
+    assert one.returncode == 0, one.stderr[-3000:]
+    first, second = (json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in outs)
+    single = json.loads(one.stdout.strip().splitlines()[-1])
+    assert (first["processes"], single["processes"]) == (2, 1)
+    assert first["devices"] == single["devices"] == 2
+    assert first["rows"][1]["episodes"] > 0
+    # process 1 cannot read a model put on jax.devices()[0], process 0's device
+    assert first["refused"] == single["refused"] == ""
+    assert "cannot read it" in second["refused"], second["refused"]
+    assert "process_local_devices()" in second["refused"]
+    for report in (first, second):
+        assert report["rows"] == single["rows"]
+        assert report["params"] == single["params"]

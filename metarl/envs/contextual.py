@@ -28,6 +28,7 @@ from brax import envs as brax_envs
 from brax.envs.base import Env, PipelineEnv, State
 from flax import struct
 
+from metarl import parallel
 from metarl.contexts import BACKENDS, Binding, Context, ContextSpace, PerEnv, bind
 from metarl.envs import sources
 from metarl.envs.autoreset import (
@@ -584,7 +585,9 @@ def make_contextual(
     """
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: backend should be in {', '.join(BACKENDS)}")
-    source = _source(env, backend, env_kwargs)
+    with parallel.process_local_devices():
+        source = _source(env, backend, env_kwargs)
+    parallel.check_local(source.model, f"the model of {type(source.env).__name__}")
     for name, value, least in (
         ("episode_length", episode_length, 1),
         ("episodes_per_trial", episodes_per_trial, 1),

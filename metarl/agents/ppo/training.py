@@ -20,6 +20,7 @@ from brax.training.acme import running_statistics
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from metarl import parallel
 from metarl.agents.agent import Agent
 from metarl.agents.ppo.config import PPOConfig, check_seeds, divisors
 from metarl.agents.ppo.learner import IterationStats, TrainingState, iterate_fn
@@ -482,10 +483,10 @@ def run_train(
             if progress is not None:
                 jax.block_until_ready(acc)
                 progress(done * batch, total * batch)
-        sums = jax.device_get(sums)
+        sums = parallel.fetch(sums)  # per_env spans every host's devices
     timing = (time.perf_counter() - start, compiles.seconds)  # (wall, compiling)
     stock = env_state.env.info.get(POOL)
-    if isinstance(stock, ResetStock) and np.any(jax.device_get(stock.overrun)):
+    if isinstance(stock, ResetStock) and np.any(parallel.fetch(stock.overrun)):
         raise RuntimeError(  # cannot happen: every rollout refills first (a bug if it does)
             "run_train: a done env found its stock of fresh states empty, so its state is "
             "wrong; the env states must hold a stock of stock_depth entries (init_env_state)"
