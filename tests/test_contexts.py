@@ -415,6 +415,47 @@ def test_inertia_contexts_set_the_inverse_weights_mujoco_computes(backend, offse
     jax.tree.map(np.testing.assert_array_equal, carried, got)
 
 
+# A ball that two slide joints move (MuJoCo's body_simple 2), a slider carrying a
+# hinged pole, and a wheel turning about its centre of mass
+SLIDING_XML = """
+<mujoco><worldbody><geom name="floor" type="plane" size="2 2 .1"/>
+  <body name="ball" pos="0 0 1"><joint type="slide" axis="1 0 0"/>
+    <joint type="slide" axis="0 0 1"/><geom type="sphere" size="0.1" mass="2"/></body>
+  <body name="slider" pos="1 0 1"><joint type="slide" axis="1 0 0"/>
+    <geom type="box" size="0.1 0.1 0.1" mass="3"/>
+    <body name="pole"><joint type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0 0 0.5" size="0.03" mass="0.5"/></body></body>
+  <body name="wheel" pos="2 0 1"><joint type="hinge" axis="0 1 0"/>
+    <geom type="sphere" size="0.2" mass="1" contype="0" conaffinity="0"/></body>
+</worldbody></mujoco>"""
+
+
+@pytest.mark.parametrize("backend", ["generalized", "mjx"])
+def test_a_body_that_only_slides_gets_the_inverse_weights_mujoco_computes(backend):
+    """mj_setConst gives a body moved by slide joints alone [1 / mass, 0], not the
+    trace of J M^-1 J' over three directions (it was 1/6 instead of 1/4 for the ball:
+    its contacts' softness followed). Its inertia does nothing, and is refused."""
+    sys = mjcf.loads(SLIDING_XML)
+    space = {
+        "mass": C.Fixed(1.0, relative=True, per_element=True),
+        "inertia": C.Fixed(1.0, relative=True, per_element=True),
+    }
+    binding = _bind(space, backend, sys)
+    assert binding.default_context()["inertia"].shape == (2,)  # the pole and the wheel
+    mass = np.array([2.0, 0.5, 3.0, 1.5], np.float32)
+    inertia = np.array([2.0, 0.5], np.float32)
+    got = jax.jit(binding.apply)({"mass": mass, "inertia": inertia})
+    model = mujoco.MjModel.from_xml_string(SLIDING_XML)
+    assert model.body_simple[1] == 2
+    model.body_mass[1:] *= mass
+    model.body_inertia[1:] *= (mass * np.r_[1.0, 1.0, inertia])[:, None]
+    mujoco.mj_setConst(model, mujoco.MjData(model))
+    for f in ("body_invweight0", "dof_invweight0"):
+        np.testing.assert_allclose(getattr(got, f), getattr(model, f), rtol=1e-5, err_msg=f)
+    with pytest.raises(ValueError, match="slide joints alone move it"):
+        _bind({"inertia[ball]": C.Scale(0.5, 2.0)}, backend, sys)
+
+
 # A muscle whose peak force MuJoCo derives from the limb it moves (force < 0: F0 =
 # scale / actuator_acc0), on a hinge whose range sets the muscle's length range
 MUSCLE_XML = """<mujoco><option timestep="0.002" gravity="0 0 0"/><worldbody>

@@ -167,3 +167,34 @@ def test_body_quantities_are_refused_on_bodies_no_joint_moves(name):
     )
     binding = C.bind(C.ContextSpace({name: per_element}), model, "mjx")
     assert binding.entries[0].draw_shape[:1] == (1,)  # the arm alone
+
+
+# A two-link arm and a point mass sliding on a table: nothing they do moves a body along
+# gravity, so gravity acts on no dof. Tilted (the arm's hinges about y), it does.
+ARM = """<mujoco><worldbody>
+  <body name="upper"><joint type="hinge" axis="AXIS"/>
+    <geom type="capsule" fromto="0 0 0 0.5 0 0" size="0.03" mass="1"/>
+    <body name="lower" pos="0.5 0 0" euler="0 0 30"><joint type="hinge" axis="AXIS"/>
+      <geom type="capsule" fromto="0 0 0 0.5 0 0" size="0.03" mass="1"/></body></body>
+  <body name="puck" pos="1 1 0"><joint type="slide" axis="1 1 0"/><joint type="slide" axis="0 1 0"/>
+    <geom type="sphere" size="0.1" mass="1"/></body>
+</worldbody></mujoco>"""
+
+
+@pytest.mark.parametrize("backend", ["generalized", "mjx"])
+def test_gravity_is_refused_where_every_joint_moves_across_it(backend):
+    space = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)})
+    with pytest.raises(ValueError, match="'gravity' changes nothing here: every joint moves"):
+        C.bind(space, mjcf.loads(ARM.replace("AXIS", "0 0 1")), backend)
+    tilted = C.bind(space, mjcf.loads(ARM.replace("AXIS", "0 1 0")), backend)
+    # ... where it does reach the dofs: the arm falls faster under more gravity
+    from mujoco import mjx
+
+    def fall(g):
+        model = tilted.apply({"gravity": jnp.float32(g)})
+        d = mjx.make_data(model)
+        return jax.lax.fori_loop(0, 20, lambda i, d: mjx.step(model, d), d).qpos
+
+    assert np.abs(np.asarray(fall(15.0)) - np.asarray(fall(5.0)))[:2].max() > 1e-3
+    with pytest.raises(ValueError, match="every joint moves its body at right angles"):
+        make_contextual("reacher", space, backend=backend)

@@ -205,11 +205,15 @@ def test_mjcf_env_refuses_bad_settings_and_outputs_before_anything_runs(kwargs, 
         ("frictionloss", "hip_right would not change"),
         ("actuator_kp", "push would not change"),
         ("frictionloss[slide]", "slide would not change"),
+        # the torso only slides: its rotational inertia and centre of mass do nothing
+        ("inertia[torso]", "slide joints alone move it"),
+        ("com_offset[torso]", "slide joints alone move it"),
     ],
 )
 def test_quantities_refuse_elements_the_physics_never_reads(name, message):
+    dist = C.Uniform(-0.1, 0.1) if name.startswith("com_offset") else C.Scale(0.5, 2.0)
     with pytest.raises(ValueError, match=message):
-        make_contextual(_walker(), C.ContextSpace({name: C.Scale(0.5, 2.0)}))
+        make_contextual(_walker(), C.ContextSpace({name: dist}))
 
 
 _WRAPPED = """<mujoco><compiler><lengthrange mode="none"/></compiler><worldbody>
@@ -567,3 +571,16 @@ def test_an_armature_context_simulates_the_model_mujoco_compiles():
     sunk = float(data.qpos[0]) - np.deg2rad(10)
     assert 5e-5 < sunk < 2e-4  # resting past the limit, as the compiled model does
     np.testing.assert_allclose(derived["dof_invweight0"][:, 0], model.dof_invweight0[0], rtol=1e-7)
+
+
+def test_a_default_mass_context_is_the_loaded_playground_model_under_jit():
+    """FingerSpin's masses: XLA divides m / m0 as m * (1 / m0), 1 + 2e-10 for some, and
+    the derived inverse weights then came out 5e-4 off the loaded model's."""
+    from metarl.envs import sources
+
+    source = sources.PlaygroundSource(sources.load_playground("FingerSpin", {}))
+    space = C.ContextSpace({"mass": C.Fixed(1.0, relative=True, per_element=True)})
+    binding = C.bind(space, source.model, "mjx", {}, source.stale)
+    model = jax.jit(binding.apply)(binding.default_context())
+    for field in ("body_mass", "body_inertia", "body_invweight0", "dof_invweight0"):
+        np.testing.assert_array_equal(getattr(model, field), getattr(source.model, field), field)

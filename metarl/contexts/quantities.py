@@ -136,7 +136,37 @@ def _gravity_check(sys, backend):
             "'gravity' changes nothing here: the model switches gravity off "
             '(<flag gravity="disable"/>), which MJX honours'
         )
+    if _across_gravity(sys):
+        return (
+            "'gravity' changes nothing here: every joint moves its body at right angles to "
+            "gravity (hinges about the gravity axis, slides across it: a planar arm, a "
+            "swimmer, a point mass on a table), so no dof ever feels it"
+        )
     return None
+
+
+def _across_gravity(sys) -> bool:
+    """Whether no joint can move any body along gravity, in any pose: every joint a
+    hinge about the gravity axis or a slide at right angles to it (at the loaded
+    pose; turning about the gravity axis keeps both so). A ball or free joint, a
+    tilted hinge or slide: False."""
+    g = np.asarray(sys.opt.gravity, np.float64)
+    if not np.any(g):
+        return False
+    g = g / np.linalg.norm(g)
+    parent, quat = np.asarray(sys.body_parentid), np.asarray(sys.body_quat, np.float64)
+    frames = [np.eye(3)]
+    for b in range(1, parent.shape[0]):  # a parent's index is below its child's
+        turn = np.empty(9)
+        mujoco.mju_quat2Mat(turn, quat[b])
+        frames.append(frames[parent[b]] @ turn.reshape(3, 3))
+    for kind, body, axis in zip(
+        np.asarray(sys.jnt_type), np.asarray(sys.jnt_bodyid), np.asarray(sys.jnt_axis), strict=True
+    ):
+        along = abs(float(frames[body] @ axis @ g)) / max(float(np.linalg.norm(axis)), 1e-12)
+        if not (kind == _HINGE and along > 1 - 1e-6 or kind == _SLIDE and along < 1e-6):
+            return False
+    return True
 
 
 # ---- mass: per body (world excluded); inertia and inverse weights follow ----
@@ -146,7 +176,9 @@ def _mass_default(sys):
 
 def _mass_apply(sys, m):
     m0 = _mass_default(sys)
-    ratio = jnp.where(m0 > 0, m / jnp.where(m0 > 0, m0, 1.0), 1.0)
+    # exactly 1 where the mass is the loaded one: XLA may divide as m * (1 / m0), which
+    # is not 1 for every m0, and a default context must be the env's own model
+    ratio = jnp.where((m0 > 0) & (m != m0), m / jnp.where(m0 > 0, m0, 1.0), 1.0)
     fields = {
         "body_mass": sys.body_mass.at[1:].set(m),
         "body_subtreemass": sys.body_subtreemass
@@ -259,6 +291,15 @@ def setconst(default, sys, groups: tuple[str, ...], basis=None) -> dict[str, jnp
         trace = jnp.einsum("bsin,nm,bsim->bs", jac, minv, jac)
         moving = jnp.asarray(np.asarray(sys.body_weldid) != 0, jnp.float32)[:, None]
         fields["body_invweight0"] = trace / 3 * moving
+        # MuJoCo's shortcut for a body that slide joints alone move (body_simple 2):
+        # [1 / mass, 0], where the trace would average its unmoving directions in
+        sliding = np.asarray(sys.body_simple) == 2
+        if sliding.any():
+            mass = jnp.where(jnp.asarray(sliding), sys.body_mass, 1.0)
+            alone = jnp.stack([1 / mass, jnp.zeros_like(mass)], axis=-1)
+            fields["body_invweight0"] = jnp.where(
+                jnp.asarray(sliding)[:, None], alone, fields["body_invweight0"]
+            )
         groups_of = np.arange(np.asarray(sys.dof_jntid).shape[0])
         for kind, adr in zip(np.asarray(sys.jnt_type), np.asarray(sys.jnt_dofadr), strict=True):
             if kind == _FREE:
@@ -801,11 +842,30 @@ def _moving(sys, backend) -> np.ndarray:
     return ((weld != 0) & (np.asarray(sys.body_mocapid)[weld] < 0))[1:]
 
 
+def _rotating(sys, backend) -> np.ndarray:
+    """Moving bodies that some joint turns (a hinge, ball or free joint of the body or
+    of a body it hangs from): one that slide joints alone move only translates, and
+    its rotational inertia and the place of its centre of mass enter no equation of
+    motion (only its mass does)."""
+    kind, owner = np.asarray(sys.jnt_type), np.asarray(sys.jnt_bodyid)
+    parent = np.asarray(sys.body_parentid)
+    turns = np.zeros(parent.shape[0], bool)
+    turns[owner[kind != _SLIDE]] = True
+    for b in range(1, parent.shape[0]):  # a parent's index is below its child's
+        turns[b] |= turns[parent[b]]
+    return _moving(sys, backend) & turns[1:]
+
+
 # The body quantities' live elements: an entry that names none covers the moving bodies
-_MOVING = {
-    "live": _moving,
-    "dead_hint": "it is welded to the world or to a mocap body (no joint moves it, as the "
-    "reacher's target), so nothing it carries enters the dynamics",
+_WELDED_HINT = (
+    "it is welded to the world or to a mocap body (no joint moves it, as the "
+    "reacher's target), so nothing it carries enters the dynamics"
+)
+_MOVING = {"live": _moving, "dead_hint": _WELDED_HINT, "skip_dead": True}
+_ROTATING = {
+    "live": _rotating,
+    "dead_hint": _WELDED_HINT + ", or slide joints alone move it (it only translates, so "
+    "only its mass enters the dynamics)",
     "skip_dead": True,
 }
 
@@ -835,7 +895,7 @@ QUANTITIES: dict[str, Quantity] = {
         strict=True,
         absolute=False,
         requires=spring_scale_check("spring_inertia_scale", "inertia"),
-        **_MOVING,
+        **_ROTATING,
     ),
     "friction": Quantity(
         units="coefficient",
@@ -954,7 +1014,7 @@ QUANTITIES: dict[str, Quantity] = {
         default=lambda sys: jnp.zeros((sys.nbody - 1, 3), jnp.float32),
         apply=_com_offset_apply,
         lower=None,
-        **_MOVING,
+        **_ROTATING,
     ),
     "actuator_kp": Quantity(
         units="N/m or N m/rad",
