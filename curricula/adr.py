@@ -121,7 +121,7 @@ def ADR(  # noqa: N802
         n = check_count(num_envs, "num_envs (the trainer's number of parallel envs)", f"{who}.init")
         key = _key(key)
         defaults = as_defaults(target, defaults, who)
-        current = check_shapes(target, scaled(target, start, defaults), who)
+        current = check_shapes(target, start, defaults, who)
         key, assignment = _assign(key, n, 2 * len(target), p)
         return ADRState(
             segment=np.asarray(0, np.int32),

@@ -154,10 +154,13 @@ def as_defaults(target: ContextSpace, defaults: Any, who: str) -> dict[str, np.n
     return {name: np.asarray(defaults[name], np.float32) for name in target}
 
 
-def check_shapes(target: ContextSpace, space: ContextSpace, who: str) -> ContextSpace:
-    """`space` if it can replace the target's ranges (`ContextSpace.check_compatible`)."""
+def check_shapes(
+    target: ContextSpace, fraction: float, defaults: Mapping | None, who: str
+) -> ContextSpace:
+    """`scaled(target, fraction, defaults)` if it can replace the target's ranges
+    (`ContextSpace.check_compatible`)."""
     try:
-        return target.check_compatible(space)
+        return target.check_compatible(scaled(target, fraction, defaults))
     except ValueError as e:
         raise ValueError(
             f"{who}: scaling the target about its defaults breaks its structure ({e}); give "
@@ -187,13 +190,17 @@ def inside(target: ContextSpace, space: ContextSpace) -> ContextSpace:
     the target's nearest edge and widens into it, never training outside the target
     nor in the held-out extrapolation sets just beyond it. Bounds (``low``, ``high``)
     are clipped into the interval, keeping low <= high; a Normal, which has none,
-    has its mean clipped into it. Choice and Fixed are returned as they are."""
+    keeps its own mean +- 2 std inside it (its mean clipped, its std at most a
+    quarter of the interval): clipping the mean alone left half its draws outside.
+    Choice and Fixed are returned as they are."""
     intervals = target.intervals()
     out = {}
     for name, dist in space.items():
         t_lo, t_hi = (np.asarray(x, np.float32) for x in intervals[name])
-        if isinstance(dist, Normal):
-            dist = dataclasses.replace(dist, mean=np.clip(np.asarray(dist.mean), t_lo, t_hi))
+        if isinstance(dist, Normal):  # its own mean +- 2 std inside the target's
+            std = np.minimum(np.asarray(dist.std, np.float32), (t_hi - t_lo) / 4)
+            mean = np.clip(np.asarray(dist.mean, np.float32), t_lo + 2 * std, t_hi - 2 * std)
+            dist = dataclasses.replace(dist, mean=mean, std=std)
         elif hasattr(dist, "low") and hasattr(dist, "high"):
             low = np.clip(np.asarray(dist.low, np.float32), t_lo, t_hi)
             high = np.clip(np.asarray(dist.high, np.float32), low, t_hi)

@@ -77,7 +77,8 @@ def PerformanceGated(  # noqa: N802
         """The state before the first segment; num_envs and key are not used."""
         target = check_target(target, who)
         defaults = as_defaults(target, defaults, who)
-        check_shapes(target, scaled(target, min(start, 0.5), defaults), who)
+        if start < 1:  # start 1 (fixed ranges) never scales the target: nothing to check
+            check_shapes(target, min(start, 0.5), defaults, who)
         return GatedState(
             segment=np.asarray(0, np.int32),
             target=target,
@@ -107,7 +108,8 @@ def PerformanceGated(  # noqa: N802
         if relative and not np.isfinite(reference) and np.isfinite(value):
             reference = value
         fraction = float(state.fraction)
-        if value >= _gate(threshold, relative, reference):  # False for NaN value or reference
+        # the gate rounded as the value is: a return equal to the threshold opens it
+        if value >= float(np.float32(_gate(threshold, relative, reference))):  # NaN: False
             # start + k * step from the openings so far, not a float32 running sum
             # (start 0.1, step 0.15 summed to 0.99999994 after 6 openings)
             opened = round((fraction - start) / step)

@@ -81,7 +81,8 @@ def _widening(
         target = check_target(target, who)
         defaults = as_defaults(target, defaults, who)
         f = fraction(0)
-        check_shapes(target, scaled(target, float(min(f, 0.5)), defaults), who)
+        if start < 1:  # start 1 (fixed ranges) never scales the target: nothing to check
+            check_shapes(target, float(min(f, 0.5)), defaults, who)
         return WideningState(
             segment=np.asarray(0, np.int32), target=target, defaults=defaults, fraction=f
         )

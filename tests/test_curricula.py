@@ -202,14 +202,22 @@ def test_normal_ranges_start_inside_the_targets_interval_when_a_default_lies_out
     state = cur.init(target, defaults=defaults, num_envs=n, key=jax.random.key(0))
     first = cur.ranges(state)
     assert float(first["mass"].low) == float(first["mass"].high) == m_lo
-    assert float(first["friction"].mean) == f_lo
+    # the friction starts at the interval's near edge: its own mean - 2 std on it
+    friction = first["friction"]
+    np.testing.assert_allclose(float(friction.mean - 2 * friction.std), f_lo, rtol=1e-6)
     for seed in range(8):
         ranges = cur.ranges(state)
         if ranges is target:
             break
         mass = np.asarray(ranges["mass"].sample(jax.random.key(seed), (1000,)))
         assert mass.min() >= m_lo and mass.max() <= m_hi
-        assert f_lo <= float(ranges["friction"].mean) <= f_hi
+        friction = ranges["friction"]
+        assert f_lo - 1e-5 <= float(friction.mean - 2 * friction.std)
+        assert float(friction.mean + 2 * friction.std) <= f_hi + 1e-5
+        # no more draws below the interval than the target's own 2.3% (mean clipped to
+        # its edge alone had half of them there)
+        draws = np.asarray(friction.sample(jax.random.key(seed), (20_000,)))
+        assert np.mean(draws < f_lo) < 0.03, np.mean(draws < f_lo)
         state = cur.update(state, {**_results(n, seed), "eval_return": 100.0})
     else:
         pytest.fail("the curriculum never reached its target")
@@ -251,6 +259,10 @@ def test_gated_holds_below_the_threshold_and_widens_above_it():
         state = cur.update(state, {"eval_return": 50.0, "episode_return": 0.0})
     assert state.fraction == np.float32(1.0) and int(state.segment) == 7
     _assert_same_leaves(cur.ranges(state), TARGET)
+    # a return equal to a threshold that float32 cannot hold opens the gate too
+    odd = curricula.PerformanceGated(start=0.2, step=0.3, threshold=100.1)
+    state = odd.update(odd.init(TARGET, defaults=DEFAULTS), {"eval_return": 100.1})
+    np.testing.assert_allclose(state.fraction, 0.5, rtol=1e-6)
 
 
 def test_gated_relative_threshold_is_a_fraction_of_the_first_return():
@@ -710,3 +722,21 @@ def test_check_compatible_accepts_the_state_of_its_own_space():
         curricula.check_compatible(
             cur.init(TARGET, defaults=DEFAULTS, num_envs=3, key=jax.random.key(0)), TARGET
         )
+
+
+def test_fixed_ranges_take_a_target_that_cannot_be_scaled_about_its_defaults():
+    # One absolute mass range for bodies whose defaults differ: it cannot be scaled
+    # about them, but start=1 (the fixed-DR idiom) never scales it.
+    target = C.ContextSpace({"mass": C.Uniform(0.5, 5.0, per_element=True)})
+    defaults = {"mass": np.array([10.5, 5.0], np.float32)}
+    fixed = [
+        curricula.LinearWidening(1.0, 1),
+        curricula.GeometricWidening(1.0, 3),
+        curricula.PerformanceGated(1.0, 0.1, threshold=0.0),
+    ]
+    for cur in fixed:
+        state = cur.init(target, defaults=defaults, num_envs=4, key=jax.random.key(0))
+        assert cur.ranges(state) is target
+    for cur in (curricula.LinearWidening(0.5, 2), curricula.PerformanceGated(0.5, 0.1, 0.0)):
+        with pytest.raises(ValueError, match=r"per-element defaults.*or defaults=None"):
+            cur.init(target, defaults=defaults, num_envs=4, key=jax.random.key(0))
