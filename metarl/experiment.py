@@ -53,7 +53,7 @@ from metarl import checkpoint, stats
 from metarl import evaluation as E
 from metarl.agents import ppo
 from metarl.agents.ppo.config import check_seeds
-from metarl.contexts import ContextSpace, LogUniform, PerEnv
+from metarl.contexts import Choice, ContextSpace, LogUniform, PerEnv
 from metarl.envs import CONTEXT, ContextualEnv
 from metarl.rundir import (
     CHECKPOINTS,
@@ -130,7 +130,7 @@ class EvalConfig:
     episodes: int = 2  # episodes per context
     extrapolation_factor: float = 1.5  # extrapolate within this x the training interval
     heatmap: tuple[str, ...] = ()  # one or two context names (default: the first two)
-    heatmap_points: int = 5  # grid points per axis
+    heatmap_points: int = 5  # grid points per axis (a Choice's axis: its own points)
 
     def __post_init__(self):
         for name in ("contexts", "episodes", "heatmap_points"):
@@ -231,8 +231,26 @@ def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
         else:
             centre, half = (lo + hi) / 2, (hi - lo) / 2 * factor
             ends = (centre - half, centre + half)
-        axes[name] = back(np.linspace(float(ends[0]), float(ends[1]), exp.eval.heatmap_points))
+        dist = exp.target[name]
+        if isinstance(dist, Choice):
+            axes[name] = _choice_axis(dist, ends)
+        else:
+            axes[name] = back(np.linspace(float(ends[0]), float(ends[1]), exp.eval.heatmap_points))
     return axes
+
+
+def _choice_axis(dist: Choice, ends: tuple[float, float]) -> np.ndarray:
+    """A `Choice`'s heatmap axis: its trained values, the midpoints between them that
+    the interpolation split takes (none between scales of opposite sign: a scale near
+    0, the quantity switched off, is another task) and the extrapolated ends. Evenly
+    spaced points would put cells where no split looks, a gain x0 among them."""
+    trained = E._trained_values(dist)  # noqa: SLF001 - the splits' own rule
+    mids = [
+        (a + b) / 2
+        for a, b in zip(trained[:-1], trained[1:], strict=True)
+        if not (dist.relative and a < 0 < b)
+    ]
+    return np.unique(np.concatenate([[ends[0]], trained, mids, [ends[1]]]).astype(np.float32))
 
 
 def _int_seed(key: jax.Array) -> int:
@@ -606,7 +624,9 @@ class Run:
             # what ran (run.json's config: the PPO and eval settings of this experiment,
             # not the script's defaults a variant replaced), with this seed
             logger.log_hparams(
-                {**self.identity, "seed": self.seeds[i]}, values, step=final["env_steps"]
+                {**self.identity, "seed": self.seeds[i], "ppo.seed": self.seeds[i]},
+                values,
+                step=final["env_steps"],
             )
             logger.flush()
 
@@ -881,8 +901,9 @@ def print_comparison(results: dict[str, list[dict]], logdir: str | os.PathLike) 
         base = next(iter(results))
         print(
             f"\nDifference from {base} (mean over seeds, paired by seed: seed i of every "
-            "variant starts from the same parameters and draws its held-out sets alike; "
-            "95% t interval; an interval without 0 is a difference):"
+            "variant draws the same held-out sets and evaluation keys, and starts from the "
+            "same parameters where the networks are alike; 95% t interval; an interval "
+            "without 0 is a difference):"
         )
         shown = [c for c in cols if c in next(iter(diffs.values()))]
         print(_line(["variant", *[_columns(1)[c] for c in shown]]))

@@ -202,8 +202,10 @@ def heatmap_figure(
     finite = z[np.isfinite(z)]
     middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
     for (i, j), value in np.ndenumerate(z):
-        text = "nan" if not np.isfinite(value) else f"{value:.0f}"
-        color = "black" if np.isfinite(value) and value > middle else "white"
+        # a non-finite cell is masked (the axes' white shows): its label in red, as it is
+        text = f"{value:.0f}" if np.isfinite(value) else str(value)
+        color = "white" if np.isfinite(value) and value <= middle else "black"
+        color = color if np.isfinite(value) else "red"
         ax.text(j, i, text, ha="center", va="center", fontsize=9, color=color)
     if train_box is not None:
         log_x, log_y = (None, None) if log_axes is None else log_axes

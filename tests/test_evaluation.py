@@ -233,6 +233,18 @@ def test_the_heatmap_keeps_a_scales_sign_as_the_extrapolation_splits_do():
     assert axis.max() == pytest.approx(2.475)  # the high side is unchanged: 1.05 + 1.425
 
 
+def test_a_choice_heatmap_axis_holds_the_splits_points_and_never_a_motor_off():
+    """A motor sign Choice(-1, -0.5, 0.5, 1) of scales: evenly spaced points put a cell
+    at gain x0 (the motor switched off, another task) inside the training box. The axis
+    is now the trained values, the interpolation split's midpoints (none across 0)
+    and the extrapolated ends."""
+    target = C.ContextSpace({"actuator_gain": C.Choice([-1.0, -0.5, 0.5, 1.0], relative=True)})
+    axis = _heatmap_axes(target)["actuator_gain"]
+    np.testing.assert_allclose(axis, [-1.5, -1.0, -0.75, -0.5, 0.5, 0.75, 1.0, 1.5])
+    absolute = C.ContextSpace({"gravity": C.Choice([5.0, 10.0])})
+    np.testing.assert_allclose(_heatmap_axes(absolute)["gravity"], [3.75, 5.0, 7.5, 10.0, 11.25])
+
+
 def test_heatmap_points_are_spread_over_the_physical_span_all_distinct():
     """mass x0.05-1.95 widened by 1.5 reaches x-0.425: its points below 0 were each
     clipped to x0.0014, one context in several cells (72 distinct of 9 x 9). The points

@@ -668,6 +668,10 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path, monkeypatc
     assert speeds[0] == speeds[1]
     assert agg["perf/env_steps_per_sec"][0][1] == pytest.approx(2 * speeds[0], rel=1e-6)
     assert "perf/compile_seconds" in agg
+    # each seed's HParams session names that seed, in both places a seed is recorded
+    for k in range(2):
+        ((_, hparams),) = _hparams_sessions(tmp_path / f"seed_{k}")
+        assert (hparams["seed"], hparams["ppo.seed"]) == (k, k), hparams
     # the adaptation curve over seeds, as every aggregate scalar: mean, IQM and 95% CI
     second = rows[0]["episodes"][1]  # episode 2 of a trial, per seed
     curve = stats.summarize(second)

@@ -274,3 +274,14 @@ def test_a_logger_opened_in_the_same_second_keeps_the_earlier_file(tmp_path):
         resumed.log_train(3, {"episode_return": 30.0})
     assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 2
     assert L.read_scalars(tmp_path)["train/return"] == [(1, 1.0), (2, 2.0), (3, 30.0)]
+
+
+def test_a_heatmap_labels_a_cell_that_blew_up_visibly():
+    """A masked (non-finite) cell shows the axes' white: its label must not be white,
+    and an infinite return reads "inf", not "nan"."""
+    z = np.arange(20, dtype=float).reshape(4, 5)
+    z[1, 2], z[3, 0] = np.nan, np.inf
+    fig = L.heatmap_figure("x", GRID_X, "y", GRID_Y, z)
+    labels = {t.get_text(): t.get_color() for t in fig.axes[0].texts}
+    assert labels["nan"] == labels["inf"] == "red"
+    assert labels["0"] == "white" and labels["19"] == "black"  # low / high on viridis
