@@ -29,6 +29,7 @@ import os
 import pathlib
 import re
 import shutil
+import time
 import warnings
 
 import jax
@@ -105,8 +106,18 @@ def all_steps(directory) -> list[int]:
     directory = pathlib.Path(directory).absolute()
     if not directory.is_dir():
         return []
-    with _manager(directory) as mngr:
-        return sorted(int(s) for s in mngr.all_steps())
+    for attempt in range(_LIST_TRIES):
+        try:
+            with _manager(directory) as mngr:
+                return sorted(int(s) for s in mngr.all_steps())
+        except FileNotFoundError:  # a step that a saving process pruned while we listed
+            if attempt == _LIST_TRIES - 1:
+                raise
+            time.sleep(0.01 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+_LIST_TRIES = 5  # orbax stats every step it lists: a writer's pruning can race a reader
 
 
 def latest_step(directory) -> int | None:

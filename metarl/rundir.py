@@ -142,20 +142,29 @@ def _source(obj: Any) -> str:
         return ""
 
 
-def _code_text(fn: Any) -> str:
+def _code_text(fn: Any, _seen: frozenset = frozenset()) -> str:
     """Text that changes when what `fn` computes changes: a function's source (its
-    bytecode where no source is found), defaults and plain captured values; a
-    partial's function and arguments; a jitted function's wrapped one; another
-    callable's repr without addresses."""
+    bytecode where no source is found), defaults and plain captured values, and the
+    functions it captures the same way (a schedule's start two closures deep); a
+    partial's function and arguments; a bound method's function and its object's
+    plain attributes; a jitted function's wrapped one; another callable's repr
+    without addresses."""
+    if id(fn) in _seen:  # a function that captures itself (recursion)
+        return "(recursive)"
+    seen = _seen | {id(fn)}
     if isinstance(fn, functools.partial):
-        return f"partial({_code_text(fn.func)}, {stable_repr(fn.args)}, {stable_repr(fn.keywords)})"
+        func = _code_text(fn.func, seen)
+        return f"partial({func}, {stable_repr(fn.args)}, {stable_repr(fn.keywords)})"
+    if inspect.ismethod(fn):
+        state = {k: _value_text(v, seen) for k, v in sorted(vars(fn.__self__).items())}
+        return f"method({_code_text(fn.__func__, seen)}, {state})"
     if inspect.isfunction(fn):
         try:
             source = inspect.getsource(fn)
         except (OSError, TypeError):
             source = f"{fn.__code__.co_code.hex()} {stable_repr(fn.__code__.co_consts)}"
         cells = [c.cell_contents for c in fn.__closure__ or () if _filled(c)]
-        captured = [_value_text(v) for v in cells]
+        captured = [_value_text(v, seen) for v in cells]
         # the module's constants it reads (a target array, a weight): values, not names
         names = sorted(n for n in set(fn.__code__.co_names) if n in fn.__globals__)
         read = {n: _value_text(fn.__globals__[n]) for n in names if _is_data(fn.__globals__[n])}
@@ -164,7 +173,7 @@ def _code_text(fn: Any) -> str:
             f"{stable_repr(fn.__kwdefaults__)} {captured} {read}"
         )
     if hasattr(fn, "__wrapped__"):  # jax.jit, functools.wraps
-        return f"{type(fn).__qualname__}({_code_text(fn.__wrapped__)})"
+        return f"{type(fn).__qualname__}({_code_text(fn.__wrapped__, seen)})"
     return f"{type(fn).__qualname__} {stable_repr(fn)}"
 
 
@@ -172,15 +181,18 @@ def _is_data(value: Any) -> bool:
     return _plain(value) or isinstance(value, jax.Array | np.ndarray | np.generic)
 
 
-def _value_text(value: Any) -> str:
+def _value_text(value: Any, _seen: frozenset = frozenset()) -> str:
     """A captured value as text that changes with it: plain values exactly, arrays by
-    dtype, shape and a digest of their bytes, anything else by its type."""
+    dtype, shape and a digest of their bytes, functions by `_code_text`, anything
+    else by its type."""
     if _plain(value):
         return stable_repr(value)
     if isinstance(value, jax.Array | np.ndarray | np.generic):
         digest = hashlib.sha256()
         _digest_fields(digest, value)  # dtype, shape and bytes, as the model digest
         return digest.hexdigest()[:16]
+    if inspect.isfunction(value) or inspect.ismethod(value) or isinstance(value, functools.partial):
+        return _code_text(value, _seen)
     return type(value).__qualname__
 
 
@@ -244,15 +256,25 @@ def _digest_fields(digest: Any, value: Any) -> None:
 
 def _describe_curriculum(curriculum: CurriculumLike) -> str:
     """The factory and arguments a curriculum was built with (`curricula.Curriculum.params`),
-    or, for a curriculum that does not say, the name of its update function."""
+    or, for a curriculum that does not say, the name of its update function and a
+    digest of its functions' code and captured values (`_code_text`)."""
     params = dict(getattr(curriculum, "params", None) or {})
     if params:
         args = ", ".join(f"{k}={stable_repr(v)}" for k, v in params.items() if k != "name")
         return f"{params['name']}({args})"
     update = curriculum.update
     if hasattr(update, "__qualname__"):
-        return f"{getattr(update, '__module__', '?')}.{update.__qualname__}"
-    return stable_repr(update)  # e.g. a functools.partial: its function and arguments
+        name = f"{getattr(update, '__module__', '?')}.{update.__qualname__}"
+    else:
+        name = stable_repr(update)  # e.g. a functools.partial: its function and arguments
+    # without params, what its functions compute decides the schedule: their code and
+    # the values they capture (another start or threshold is another run)
+    code = "\n".join(
+        _code_text(getattr(curriculum, part))
+        for part in ("init", "update", "ranges")
+        if callable(getattr(curriculum, part, None))
+    )
+    return f"{name} (code {hashlib.sha256(code.encode()).hexdigest()[:16]})"
 
 
 def _enumerate(items: list[str]) -> str:

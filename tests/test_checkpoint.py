@@ -411,3 +411,20 @@ def test_damaged_steps_lists_the_steps_moved_aside_in_order(tmp_path):
         "damaged-11",
     ]
     assert ckpt.all_steps(tmp_path) == [2]
+
+
+def test_listing_steps_survives_a_step_pruned_while_it_lists(tmp_path, monkeypatch):
+    """orbax stats every step directory it lists; a run saving beside a reader (a
+    monitor, an evaluator) prunes old steps, and the reader met FileNotFoundError
+    (56 of 12158 calls while 400 steps were saved with keep=2)."""
+    ckpt.save(tmp_path, 1, {"x": np.arange(3.0)})
+    real, calls = ckpt._manager, []
+
+    def racing(directory, keep=None):
+        calls.append(directory)
+        if len(calls) == 1:
+            raise FileNotFoundError(f"[Errno 2] No such file or directory: '{directory}/0'")
+        return real(directory, keep)
+
+    monkeypatch.setattr(ckpt, "_manager", racing)
+    assert ckpt.latest_step(tmp_path) == 1 and len(calls) == 2

@@ -340,6 +340,18 @@ def test_the_run_identity_holds_what_changes_the_numbers(exp):
     assert "rate=0.5" in described and " at 0x" not in described
     assert identity(exp) == base  # the same in every call
 
+    # a curriculum of its own functions (no params): what they capture decides the
+    # schedule, two closures deep here (the start a widening's update reads)
+    def own(start):
+        widening = curricula.LinearWidening(start=start, segments=2)
+        return curricula.Curriculum(widening.init, widening.update, widening.ranges)
+
+    def describe(curriculum):
+        return identity(replace(exp, curriculum=curriculum))["experiment.curriculum"]
+
+    assert describe(own(0.2)) == describe(own(0.2))
+    assert describe(own(0.2)) != describe(own(0.5))
+
 
 BALL = """<mujoco><option timestep="0.01" {option}/><worldbody>
 <body name="b"><joint name="x" type="slide" axis="1 0 0"/><geom size="0.1" mass="1"/></body>
