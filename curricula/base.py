@@ -65,7 +65,9 @@ class Curriculum(NamedTuple):
         training segment trains on (shared, or one row per env).
       params: the factory's name and arguments, ``{"name": "LinearWidening",
         "start": 0.1, "segments": 10}``; an experiment records them in its
-        run.json, so that a run is never resumed under another schedule.
+        run.json, so that a run is never resumed under another schedule. None:
+        run.json records a digest of init's, update's and ranges' code and of the
+        values and functions they capture instead.
     """
 
     init: Callable[..., CurriculumState]
