@@ -43,6 +43,7 @@ interpolation gaps in another and one chart per curriculum range (low and high).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import pathlib
@@ -299,10 +300,20 @@ class RunLogger:
         }
 
     def _add(self, tag: str, value: Any, step: int) -> None:
-        """Writes one scalar; a value that is not one number raises TypeError."""
+        """Writes one scalar; a value that is not one number raises TypeError. NaN is
+        written without tensorboardX's warning: metarl logs it on purpose (no CI below
+        4 seeds, no return where no episode ended) and counts non-finite episodes
+        itself; 2 seeds of a short run printed the warning 176 times."""
         value = _required_scalar(tag, value)
         self._last_step = max(self._last_step, int(step))
-        self._writer.add_scalar(tag, value, int(step))
+        if math.isfinite(value):
+            self._writer.add_scalar(tag, value, int(step))
+            return
+        _X2NUM.addFilter(_quiet_nan)
+        try:
+            self._writer.add_scalar(tag, value, int(step))
+        finally:
+            _X2NUM.removeFilter(_quiet_nan)
 
     def log_train(
         self,
@@ -449,6 +460,13 @@ class RunLogger:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_X2NUM = logging.getLogger("tensorboardX.x2num")
+
+
+def _quiet_nan(record: logging.LogRecord) -> bool:
+    return "NaN or Inf found" not in record.getMessage()
 
 
 def _drain(writer: SummaryWriter) -> None:

@@ -285,3 +285,18 @@ def test_a_heatmap_labels_a_cell_that_blew_up_visibly():
     labels = {t.get_text(): t.get_color() for t in fig.axes[0].texts}
     assert labels["nan"] == labels["inf"] == "red"
     assert labels["0"] == "white" and labels["19"] == "black"  # low / high on viridis
+
+
+def test_nan_is_logged_without_tensorboardx_warning_each_time(tmp_path, caplog):
+    """A CI below 4 seeds is NaN on purpose: logged as NaN, with no warning per scalar
+    (2 seeds of a short run printed 176); a user's own writer still warns."""
+    with caplog.at_level("WARNING"), L.RunLogger(tmp_path / "run", ["gravity"]) as logger:
+        logger.log_scalars(1, {"ci_low": float("nan"), "mean": 2.0})
+    assert not [r for r in caplog.records if "NaN" in r.getMessage()]
+    scalars = L.read_scalars(tmp_path / "run")
+    assert np.isnan(scalars["ci_low"][0][1]) and scalars["mean"] == [(1, 2.0)]
+    from tensorboardX import SummaryWriter
+
+    with caplog.at_level("WARNING"), SummaryWriter(str(tmp_path / "own")) as writer:
+        writer.add_scalar("x", float("nan"), 1)
+    assert [r for r in caplog.records if "NaN" in r.getMessage()]
