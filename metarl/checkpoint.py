@@ -106,18 +106,19 @@ def all_steps(directory) -> list[int]:
     directory = pathlib.Path(directory).absolute()
     if not directory.is_dir():
         return []
-    for attempt in range(_LIST_TRIES):
+    # orbax stats every step it lists: a step that a saving process prunes meanwhile
+    # raises FileNotFoundError here; list again, a few times
+    for pause in (0.01, 0.02, 0.03, 0.04):
         try:
-            with _manager(directory) as mngr:
-                return sorted(int(s) for s in mngr.all_steps())
-        except FileNotFoundError:  # a step that a saving process pruned while we listed
-            if attempt == _LIST_TRIES - 1:
-                raise
-            time.sleep(0.01 * (attempt + 1))
-    raise AssertionError("unreachable")
+            return _listed_steps(directory)
+        except FileNotFoundError:
+            time.sleep(pause)
+    return _listed_steps(directory)
 
 
-_LIST_TRIES = 5  # orbax stats every step it lists: a writer's pruning can race a reader
+def _listed_steps(directory: pathlib.Path) -> list[int]:
+    with _manager(directory) as mngr:
+        return sorted(int(s) for s in mngr.all_steps())
 
 
 def latest_step(directory) -> int | None:

@@ -156,9 +156,7 @@ def interpolation(
             if len(support) == 1:  # not varied in training: kept at its value
                 values[name] = np.full(num, support[0], np.float32)
                 continue
-            pairs = zip(support[:-1], support[1:], strict=True)
-            # relative: the midpoint of two scales of opposite sign switches the quantity off
-            mids = [(a + b) / 2 for a, b in pairs if not (dist.relative and a < 0 < b)]
+            mids = choice_midpoints(dist)
             if not mids:
                 raise NoHeldOutValuesError(
                     f"interpolation: nothing lies between the values of {name!r}"
@@ -176,6 +174,15 @@ def interpolation(
 def _trained_values(dist: Choice) -> np.ndarray:
     """The values a `Choice` draws (probability > 0), sorted, without repeats."""
     return np.unique(dist._drawn())
+
+
+def choice_midpoints(dist: Choice) -> list[float]:
+    """The values between a `Choice`'s trained ones that `interpolation` takes: each
+    midpoint of two neighbours, except, for a relative Choice, between scales of
+    opposite sign (their midpoint, a scale near 0, switches the quantity off)."""
+    support = _trained_values(dist)
+    pairs = zip(support[:-1], support[1:], strict=True)
+    return [(a + b) / 2 for a, b in pairs if not (dist.relative and a < 0 < b)]
 
 
 def _scale(dist) -> tuple[Any, Any]:

@@ -244,13 +244,9 @@ def _choice_axis(dist: Choice, ends: tuple[float, float]) -> np.ndarray:
     the interpolation split takes (none between scales of opposite sign: a scale near
     0, the quantity switched off, is another task) and the extrapolated ends. Evenly
     spaced points would put cells where no split looks, a gain x0 among them."""
-    trained = E._trained_values(dist)  # noqa: SLF001 - the splits' own rule
-    mids = [
-        (a + b) / 2
-        for a, b in zip(trained[:-1], trained[1:], strict=True)
-        if not (dist.relative and a < 0 < b)
-    ]
-    return np.unique(np.concatenate([[ends[0]], trained, mids, [ends[1]]]).astype(np.float32))
+    trained = E._trained_values(dist)  # noqa: SLF001 - the splits' own values
+    points = [ends[0], *trained, *E.choice_midpoints(dist), ends[1]]
+    return np.unique(np.asarray(points, np.float32))
 
 
 def _int_seed(key: jax.Array) -> int:

@@ -205,8 +205,7 @@ def heatmap_figure(
     for (i, j), value in np.ndenumerate(z):
         # a non-finite cell is masked (the axes' white shows): its label in red, as it is
         text = f"{value:.0f}" if np.isfinite(value) else str(value)
-        color = "white" if np.isfinite(value) and value <= middle else "black"
-        color = color if np.isfinite(value) else "red"
+        color = "red" if not np.isfinite(value) else "white" if value <= middle else "black"
         ax.text(j, i, text, ha="center", va="center", fontsize=9, color=color)
     if train_box is not None:
         log_x, log_y = (None, None) if log_axes is None else log_axes

@@ -847,12 +847,8 @@ def _rotating(sys, backend) -> np.ndarray:
     of a body it hangs from): one that slide joints alone move only translates, and
     its rotational inertia and the place of its centre of mass enter no equation of
     motion (only its mass does)."""
-    kind, owner = np.asarray(sys.jnt_type), np.asarray(sys.jnt_bodyid)
-    parent = np.asarray(sys.body_parentid)
-    turns = np.zeros(parent.shape[0], bool)
-    turns[owner[kind != _SLIDE]] = True
-    for b in range(1, parent.shape[0]):  # a parent's index is below its child's
-        turns[b] |= turns[parent[b]]
+    turning = np.asarray(sys.dof_bodyid)[_rotational_dofs(sys)]
+    turns = _subtree_matrix(sys)[turning].any(axis=0)  # in the subtree of a turning dof
     return _moving(sys, backend) & turns[1:]
 
 

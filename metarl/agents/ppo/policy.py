@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import numpy as np
 from flax import struct
 
 from metarl.agents.agent import Agent, AgentCarry
@@ -48,11 +49,10 @@ def make_policy(space, training_state, deterministic: bool = True) -> Policy:
     """The agent of `space` (a TrainSpace) with `training_state`'s parameters and
     observation statistics, as an inference function (see `Policy`). A state of a
     multi-seed space holds every seed: pass one, ``ppo.select_seed(training_state, k)``."""
-    iterations = getattr(training_state, "iterations", None)
-    if iterations is not None and getattr(iterations, "ndim", 0) != 0:
+    if np.ndim(training_state.iterations):
         raise ValueError(
-            f"make_policy: training_state holds {iterations.shape[0]} seeds (the space's "
-            "seed axis); build one seed's policy from ppo.select_seed(training_state, k)"
+            f"make_policy: training_state holds {len(training_state.iterations)} seeds (the "
+            "space's seed axis); build one seed's policy from ppo.select_seed(training_state, k)"
         )
     return Policy(
         params=training_state.params,
