@@ -317,6 +317,48 @@ def _interruptible():
 
 
 # ---- the run ----
+def _check_seed(exp: Experiment, seed: int, num_seeds: int) -> None:
+    if not isinstance(num_seeds, int) or isinstance(num_seeds, bool) or num_seeds < 1:
+        raise ValueError(f"num_seeds must be an integer >= 1, got {num_seeds!r}")
+    check_seeds(seed, num_seeds)
+    if exp.ppo.seed != seed:
+        raise ValueError(
+            f"the run's seed is {seed} but its PPO config says seed={exp.ppo.seed}: "
+            "run seeds from its seed argument; set PPOConfig(seed=...) to the same "
+            "value (RunArgs.seeded does) so that run.json records the seed used"
+        )
+
+
+def _check_run(
+    exp: Experiment,
+    logdir: pathlib.Path,
+    hparams: Any,
+    num_seeds: int,
+    seed: int,
+    steps_per_segment: int,
+    segments: int,
+    resume: str,
+    quiet: bool = False,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run's identity and the record its run.json is to hold, or SystemExit
+    where `logdir` holds a run it may not continue (`rundir.check_identity`);
+    writes nothing."""
+    identity = describe_run(exp, hparams, num_seeds, seed, steps_per_segment, segments)
+    ckpt, history = logdir / CHECKPOINTS, logdir / HISTORY
+    done = checkpoint.latest_step(ckpt)
+    # an attempt stopped before its first checkpoint saved nothing (its history holds
+    # one segment at most: it is written just before the checkpoint)
+    saved = (
+        done is not None
+        or bool(checkpoint.damaged_steps(ckpt))
+        or (history.exists() and len(json.loads(history.read_text())) > 1)
+    )
+    record = check_identity(
+        logdir, identity, resume, segments_done=done or 0, write=False, saved=saved, quiet=quiet
+    )
+    return identity, record
+
+
 class Run:
     """One experiment run in `logdir`; `run` drives its stages (see module docstring)."""
 
@@ -328,15 +370,7 @@ class Run:
         num_seeds: int,
         compiled: Compiled | None = None,
     ):
-        if not isinstance(num_seeds, int) or isinstance(num_seeds, bool) or num_seeds < 1:
-            raise ValueError(f"num_seeds must be an integer >= 1, got {num_seeds!r}")
-        check_seeds(seed, num_seeds)
-        if exp.ppo.seed != seed:
-            raise ValueError(
-                f"the run's seed is {seed} but its PPO config says seed={exp.ppo.seed}: "
-                "run seeds from its seed argument; set PPOConfig(seed=...) to the same "
-                "value (RunArgs.seeded does) so that run.json records the seed used"
-            )
+        _check_seed(exp, seed, num_seeds)
         self.exp, self.seed, self.num_seeds = exp, seed, num_seeds
         self.logdir = pathlib.Path(logdir)
         if compiled is not None and not compiled.fits(exp, num_seeds):
@@ -361,14 +395,10 @@ class Run:
     # stage 1
     def setup(self, hparams: Any, resume: str, steps_per_segment: int, segments: int) -> None:
         self.logdir.mkdir(parents=True, exist_ok=True)
-        identity = describe_run(
-            self.exp, hparams, self.num_seeds, self.seed, steps_per_segment, segments
-        )
-        done = checkpoint.latest_step(self.logdir / CHECKPOINTS)
-        self.record = check_identity(
-            self.logdir, identity, resume, segments_done=done or 0, write=False
-        )
-        self.identity = identity
+        self.identity, self.record = _check_run(
+            self.exp, self.logdir, hparams, self.num_seeds, self.seed, steps_per_segment,
+            segments, resume,
+        )  # fmt: skip
         exp = self.exp
         keys = ppo.seed_keys(self.seed, self.num_seeds if self.num_seeds > 1 else None)
         k_train, k_env, k_cur = ppo.split_keys(keys, 3)
@@ -745,11 +775,12 @@ def _segments(r: Run, stack, flag, segments, steps_per_segment, hparams, resume,
             r.segment(k, segments, steps_per_segment, loggers, flag, progress)
         except _InterruptedError:
             done = checkpoint.latest_step(r.logdir / CHECKPOINTS)
-            print(
-                f"\nInterrupted during segment {k + 1}: the checkpoint after segment "
-                f"{done or 0} is kept. Resume by rerunning the same command.",
-                file=sys.stderr,
+            kept = (
+                f"the checkpoint after segment {done} is kept. Resume by rerunning the same command"
+                if done is not None
+                else "no checkpoint was saved yet: a rerun starts the run afresh, with this config or another"
             )
+            print(f"\nInterrupted during segment {k + 1}: {kept}.", file=sys.stderr)
             raise SystemExit(130) from None
         if progress:
             tqdm.write(_line(_cells(r.rows[-1], r.num_seeds)))
@@ -785,8 +816,13 @@ def run_variants(
     """Runs each experiment under ``<logdir>/<name>`` (same budget, seeds and held-out
     sets), sharing compiled pieces between variants of the same env and settings,
     and prints one comparison line per variant."""
-    for exp in variants.values():  # before any variant trains
-        check_segment_length(exp, steps_per_segment)
+    for name, exp in variants.items():  # before any variant trains: a refused
+        check_segment_length(exp, steps_per_segment)  # variant leaves the others as they were
+        _check_seed(exp, seed, num_seeds)
+        _check_run(
+            exp, pathlib.Path(logdir) / name, hparams, num_seeds, seed, steps_per_segment,
+            segments, resume, quiet=True,
+        )  # fmt: skip
     results, shared = {}, []
     for name, exp in variants.items():
         print(f"\n== {name} ==")

@@ -334,6 +334,8 @@ def check_identity(
     resume: str,
     segments_done: int = 0,
     write: bool = True,
+    saved: bool = True,
+    quiet: bool = False,
 ) -> dict[str, Any]:
     """Refuses to continue a run whose recorded config differs (see `RESUME_MODES`);
     returns the record run.json is to hold, and writes it there if `write` (`Run`
@@ -353,7 +355,10 @@ def check_identity(
     ``platform.<name>``: a rerun on other code, libraries or devices needs
     resume="force", and the earlier values are kept in ``<section>_before``
     (``config_before`` for forced config fields). `segments_done`: the segments
-    the run's checkpoints hold; asking for fewer is refused.
+    the run's checkpoints hold; asking for fewer is refused. `saved=False`: the run
+    saved nothing (an attempt interrupted before its first checkpoint), so any config
+    starts it afresh, under resume="auto" or "force". `quiet`: print no notes (a
+    check made ahead of the run, which checks again).
     """
     if resume not in RESUME_MODES:
         raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
@@ -376,13 +381,22 @@ def check_identity(
             f"were made with is unknown, so they are neither resumed nor replaced. Put the "
             f"run's {RUN_FILE} back, or start a new run with another --logdir"
         )
-    if path.exists():
-        old = json.loads(path.read_text())
+
+    def note(message: str) -> None:
+        if not quiet:
+            print(message, file=sys.stderr)
+
+    old = json.loads(path.read_text()) if path.exists() else None
+    if old is not None:
         if resume == "never":
             raise SystemExit(
                 f"{logdir} already holds a run (resume='never'): choose another --logdir, "
                 "or rerun with --resume auto to continue it"
             )
+        if not saved:  # nothing to resume and nothing to mix: a fresh start
+            note(f"{logdir} holds an attempt that saved no checkpoint: starting it afresh")
+            old = None
+    if old is not None:
         if config.get("segments", segments_done) < segments_done:
             raise SystemExit(
                 f"{logdir} holds {segments_done} finished segments; --segments "
@@ -390,10 +404,7 @@ def check_identity(
                 f"{segments_done} (more extends the run)"
             )
         if unrecorded := [k for k in RECORDED_LATER if k in config and k not in old["config"]]:
-            print(
-                f"{path} records no {unrecorded} (written by an older metarl): not compared",
-                file=sys.stderr,
-            )
+            note(f"{path} records no {unrecorded} (written by an older metarl): not compared")
         config_now = {k: v for k, v in config.items() if k not in unrecorded}
         diff = _differences(_ran_strategy(old), json.loads(json.dumps(config_now)))
         for section in ENVIRONMENT:  # other code, libraries or devices: forceable
@@ -401,10 +412,7 @@ def check_identity(
                 changed = _differences(old[section], now[section])
                 diff.update({f"{section}.{k}": v for k, v in changed.items()})
             else:
-                print(
-                    f"{path} records no {section} (written by an older metarl): not compared",
-                    file=sys.stderr,
-                )
+                note(f"{path} records no {section} (written by an older metarl): not compared")
         blocking = {k: v for k, v in diff.items() if k not in EXTENDABLE}
         never = {k: v for k, v in blocking.items() if k.startswith(NEVER_FORCED)}
         if blocking and (resume == "auto" or never):
@@ -431,7 +439,7 @@ def check_identity(
         earlier = {k: a for k, (a, _) in blocking.items() if k.split(".")[0] not in ENVIRONMENT}
         record["config_before"] = old.get("config_before", []) + ([earlier] if earlier else [])
         if blocking:
-            print(f"Resuming with changed fields (forced): {sorted(blocking)}", file=sys.stderr)
+            note(f"Resuming with changed fields (forced): {sorted(blocking)}")
     if write:
         write_json(path, record)
     return record

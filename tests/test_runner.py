@@ -132,16 +132,24 @@ def test_resumed_run_logs_exactly_what_an_uninterrupted_run_logs(exp, compiled, 
 
 
 def test_a_restart_before_the_first_checkpoint_leaves_no_duplicate_points(exp, compiled, tmp_path):
+    """An attempt stopped before its first checkpoint saved nothing: a rerun starts
+    afresh under any config (the commonest stop: a wrong flag seen at once)."""
     logdir = tmp_path / "run"
-    _run(exp, compiled, logdir, 1)
+    _run(exp, compiled, logdir, 1, hparams={"lr": 1.0})
     shutil.rmtree(logdir / "checkpoints")  # as if killed during the first save
-    _run(exp, compiled, logdir, 2)
+    with pytest.raises(SystemExit, match="resume='never'"):
+        _run(exp, compiled, logdir, 2, hparams={"lr": 2.0}, resume="never")
+    _run(exp, compiled, logdir, 2, hparams={"lr": 2.0})  # refused before: nothing to mix
+    record = json.loads((logdir / rundir.RUN_FILE).read_text())
+    assert record["config"]["lr"] == 2.0 and record["forced"] == record["config_before"] == []
     steps = [s for s, _ in read_scalars(logdir)["train/return"]]
     assert steps == [256, 512]
     # checkpoints removed after several segments: refused, the logs kept
     shutil.rmtree(logdir / "checkpoints")
     with pytest.raises(SystemExit, match="history of several segments but no checkpoint"):
-        _run(exp, compiled, logdir, 3)
+        _run(exp, compiled, logdir, 3, hparams={"lr": 2.0})
+    with pytest.raises(SystemExit, match=r"lr: run has 2.0, now 3.0"):
+        _run(exp, compiled, logdir, 3, hparams={"lr": 3.0})  # saved: the config counts
     assert [s for s, _ in read_scalars(logdir)["train/return"]] == [256, 512]
 
 
@@ -825,6 +833,20 @@ def test_a_comparison_of_variants_prints_paired_differences_from_the_first(tmp_p
     one_seed = {k: [{**r[0], "train_return": 1.0, "train": 1.0}] for k, r in results.items()}
     experiment.print_comparison(one_seed, tmp_path)
     assert "Difference from" not in capsys.readouterr().out  # one seed: no interval
+
+
+def test_a_variant_that_may_not_run_stops_the_comparison_before_any_trains(exp, tmp_path):
+    """Every variant's logdir is checked before the first trains: a refusal of the
+    second once came after the first had trained (and rewritten its run.json)."""
+    variants = {"a": exp, "b": exp}
+    (tmp_path / "b").mkdir()
+    rundir.check_identity(tmp_path / "b", {"seed": 0}, "auto")  # b holds a run
+    with pytest.raises(SystemExit, match=r"b already holds a run \(resume='never'\)"):
+        experiment.run_variants(
+            variants, logdir=tmp_path, segments=1, steps_per_segment=STEPS, seed=0,
+            resume="never",
+        )  # fmt: skip
+    assert not (tmp_path / "a").exists()
 
 
 def test_a_nan_setting_is_the_same_setting_on_resume(tmp_path):
