@@ -83,7 +83,7 @@ def _run(env, cfg: Config, core: str, epochs: int, stock_depth: int | None = Non
         num_minibatches=cfg.num_minibatches,
         num_updates_per_batch=epochs,
         core=core,
-        hidden_size=32,
+        hidden_size=32 if core != "mlp" else ppo.PPOConfig.hidden_size,  # mlp: none
         policy_hidden=(32, 32),
         value_hidden=(64, 64),
         rl2_inputs=core != "mlp",

@@ -187,7 +187,7 @@ def metarl_config(cfg: Config, core: str) -> ppo.PPOConfig:
     return ppo.PPOConfig(
         **_shared(cfg),
         core=core,
-        hidden_size=32,
+        hidden_size=32 if core != "mlp" else ppo.PPOConfig.hidden_size,  # mlp: none
         policy_hidden=POLICY,
         value_hidden=VALUE,
         rl2_inputs=core != "mlp",

@@ -89,7 +89,7 @@ def train_once(cfg: Config) -> dict:
         unroll_length=16,
         num_minibatches=8,
         core=cfg.core,
-        hidden_size=32,
+        hidden_size=32 if cfg.core != "mlp" else ppo.PPOConfig.hidden_size,  # mlp: none
         policy_hidden=(32, 32),
         rl2_inputs=cfg.core != "mlp",
         seed=cfg.seed,

@@ -31,7 +31,12 @@ class Config(experiment.RunArgs):
     seed: int = 0
     episode_length: int = 30
     episodes_per_trial: int = 3
+    # The gru variant's config; the mlp variant's is the same without memory (no
+    # recurrent core, no RL2 inputs). --ppo.reset-every-episode: the gru's memory
+    # reset at every episode instead of every trial (an ablation: no carry-over).
     ppo: PPOConfig = PPOConfig(
+        core="gru",
+        rl2_inputs=True,
         num_envs=256,
         unroll_length=25,
         num_minibatches=8,
@@ -45,13 +50,16 @@ class Config(experiment.RunArgs):
     eval: experiment.EvalConfig = experiment.EvalConfig(contexts=8, episodes=6)
 
 
-def main(cfg: Config) -> dict[str, list[dict]]:
-    default = PPOConfig()
-    if (cfg.ppo.core, cfg.ppo.rl2_inputs) != (default.core, default.rl2_inputs):
+def variants(cfg: Config) -> dict[str, experiment.Experiment]:
+    """The two agents, "mlp" and "gru", on the same env and budget."""
+    if (cfg.ppo.core, cfg.ppo.rl2_inputs) != ("gru", True):
         raise SystemExit(
             "--ppo.core and --ppo.rl2-inputs are set by each variant of this script "
             "(mlp without RL2 inputs, gru with them): leave them out"
         )
+    memoryless = dict(
+        core="mlp", rl2_inputs=False, reset_every_episode=False, hidden_size=PPOConfig.hidden_size
+    )
     # Relative motor gain: the sign flips the push, the magnitude scales it.
     target = C.ContextSpace({"actuator_gain": C.Choice([-1.0, -0.5, 0.5, 1.0], relative=True)})
     env = make_contextual(
@@ -61,21 +69,20 @@ def main(cfg: Config) -> dict[str, list[dict]]:
         episodes_per_trial=cfg.episodes_per_trial,
         velocity_in_obs=False,
     )
-    variants = {
+    return {
         core: experiment.Experiment(
             env=env,
             target=target,
             curriculum=curricula.LinearWidening(start=1.0, segments=1),  # fixed ranges
-            ppo=dataclasses.replace(cfg.seeded(cfg.ppo), core=core, rl2_inputs=core != "mlp"),
+            ppo=dataclasses.replace(cfg.seeded(cfg.ppo), **(memoryless if core == "mlp" else {})),
             eval=cfg.eval,
         )
         for core in ("mlp", "gru")
     }
-    return experiment.run_variants(
-        variants,
-        **cfg.run_kwargs(),
-        hparams=cfg,
-    )
+
+
+def main(cfg: Config) -> dict[str, list[dict]]:
+    return experiment.run_variants(variants(cfg), **cfg.run_kwargs(), hparams=cfg)
 
 
 if __name__ == "__main__":

@@ -778,7 +778,7 @@ def _segments(r: Run, stack, flag, segments, steps_per_segment, hparams, resume,
             kept = (
                 f"the checkpoint after segment {done} is kept. Resume by rerunning the same command"
                 if done is not None
-                else "no checkpoint was saved yet: a rerun starts the run afresh, with this config or another"
+                else "no checkpoint was saved yet: a rerun starts afresh, with any config"
             )
             print(f"\nInterrupted during segment {k + 1}: {kept}.", file=sys.stderr)
             raise SystemExit(130) from None

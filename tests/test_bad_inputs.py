@@ -265,6 +265,12 @@ ROWS = [
         "does not fit this env",
     ),
     (
+        "hidden_size with the mlp core, which has no recurrent core",
+        lambda: ppo.PPOConfig(hidden_size=32),
+        ValueError,
+        "hidden_size=32 sizes a recurrent core",
+    ),
+    (
         "reset_every_episode with nothing to reset",
         lambda: ppo.PPOConfig(reset_every_episode=True),
         ValueError,

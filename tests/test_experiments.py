@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+import tyro
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from metarl import checkpoint
@@ -108,15 +109,37 @@ def test_ten_seeds_of_the_quickstart_agent_initialise_without_hanging():
     assert out.stdout.split() == ["10", "True"]  # ten distinct, finite initialisations
 
 
+def _script(name: str):
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(ROOT / "experiments"))
+
+
+def test_rl2_hidden_context_takes_its_flags_for_the_variant_they_fit():
+    """--ppo.reset-every-episode was refused while parsing (the config it set was
+    the mlp's, which has nothing to reset): it is the gru's ablation, and the mlp
+    variant keeps no memory whatever the flags."""
+    rl2 = _script("rl2_hidden_context")
+    cfg = tyro.cli(rl2.Config, args=["--ppo.reset-every-episode", "--ppo.hidden-size", "16"])
+    mlp, gru = (rl2.variants(cfg)[k].ppo for k in ("mlp", "gru"))
+    assert (gru.core, gru.rl2_inputs, gru.reset_every_episode, gru.hidden_size) == (
+        "gru", True, True, 16
+    )  # fmt: skip
+    assert (mlp.core, mlp.rl2_inputs, mlp.reset_every_episode) == ("mlp", False, False)
+    assert {f: getattr(mlp, f) for f in ("num_envs", "learning_rate", "seed")} == {
+        f: getattr(gru, f) for f in ("num_envs", "learning_rate", "seed")
+    }
+    with pytest.raises(SystemExit, match="set by each variant"):
+        rl2.variants(tyro.cli(rl2.Config, args=["--ppo.no-rl2-inputs"]))
+
+
 def test_random_contexts_lists_each_episode_with_the_context_it_ran_in(capsys):
     # Every episode draws a new context: the rows of one env must show the gravity
     # each of its episodes ran in (distinct draws, within the space), not the first
     # reset's gravity next to every episode's return.
-    sys.path.insert(0, str(ROOT / "experiments"))
-    try:
-        import random_contexts
-    finally:
-        sys.path.remove(str(ROOT / "experiments"))
+    random_contexts = _script("random_contexts")
     random_contexts.main(random_contexts.Config(num_envs=2, steps=60, episodes_shown=3))
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     episodes = [r for r in rows if r[0] == "0" and r[2] != "episodes"]

@@ -355,7 +355,7 @@ def _hidden_sign_returns(core: str) -> np.ndarray:
         rl2_inputs=core != "mlp",
         learning_rate=1e-3,
         entropy_cost=1e-2,
-        hidden_size=32,
+        hidden_size=32 if core != "mlp" else ppo.PPOConfig.hidden_size,  # mlp: none
         policy_hidden=(32,),
         value_hidden=(32,),
     )

@@ -30,7 +30,6 @@ TINY = dict(
     num_envs=16,
     unroll_length=24,
     num_minibatches=2,
-    hidden_size=8,
     policy_hidden=(16,),
     value_hidden=(16,),
     rl2_inputs=True,
@@ -176,7 +175,11 @@ def test_learner_recomputes_the_rollout_exactly(core, reset_every_episode):
     # Returns span trials (RL^2) without per-episode resets, episodes with them.
     span = "episode" if reset_every_episode else "trial"
     config = ppo.PPOConfig(
-        core=core, reset_every_episode=reset_every_episode, returns_span=span, **TINY
+        core=core,
+        hidden_size=8 if core != "mlp" else ppo.PPOConfig.hidden_size,  # mlp: none
+        reset_every_episode=reset_every_episode,
+        returns_span=span,
+        **TINY,
     )
     env = pendulum()
     space = ppo.make_train_space(env, config)
@@ -274,7 +277,9 @@ def test_learner_recomputes_the_rollout_exactly(core, reset_every_episode):
 def trained():
     """A GRU RL^2 agent after one iteration of one epoch of one minibatch: the
     reported PPO terms are those of the first minibatch of the first epoch."""
-    config = ppo.PPOConfig(core="gru", **{**TINY, "num_minibatches": 1}, num_updates_per_batch=1)
+    config = ppo.PPOConfig(
+        core="gru", hidden_size=8, **{**TINY, "num_minibatches": 1}, num_updates_per_batch=1
+    )
     env = pendulum()
     space = ppo.make_train_space(env, config)
     ts = ppo.init_training_state(space, jax.random.key(0))
@@ -328,7 +333,7 @@ def test_an_observation_constant_in_the_first_batch_reaches_the_networks_bounded
     from metarl.agents.ppo.training import _agent
 
     env = make_contextual("puck", GRAVITY)
-    agent = _agent(env, ppo.PPOConfig(core="gru", **TINY))  # with RL^2 inputs
+    agent = _agent(env, ppo.PPOConfig(core="gru", hidden_size=8, **TINY))  # with RL^2 inputs
     first = jnp.stack([jnp.linspace(-1.0, 1.0, 16)] * 5 + [jnp.zeros(16)], -1)  # [16, 6]
     stats = running_statistics.update(
         running_statistics.init_state(jnp.zeros(6, jnp.float32)), first

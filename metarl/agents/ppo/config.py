@@ -73,7 +73,7 @@ class PPOConfig:
     normalize_observations: bool = True
     reward_scaling: float = 1.0
     core: str = "mlp"  # one of networks.CORES: "mlp", "gru", "lstm"
-    hidden_size: int = 64  # recurrent core size
+    hidden_size: int = 64  # the recurrent core's size (gru, lstm; the mlp refuses another)
     policy_hidden: tuple[int, ...] = (64, 64)
     value_hidden: tuple[int, ...] = (64, 64)
     action_distribution: str = "tanh_normal"  # or "categorical"
@@ -110,6 +110,14 @@ class PPOConfig:
             )
         if self.core not in CORES:
             raise ValueError(f"PPOConfig.core must be one of {sorted(CORES)}, got {self.core!r}")
+        default_hidden = type(self).__dataclass_fields__["hidden_size"].default
+        if self.core == "mlp" and self.hidden_size != default_hidden:
+            raise ValueError(
+                f"PPOConfig.hidden_size={self.hidden_size} sizes a recurrent core ('gru', "
+                "'lstm'); core='mlp' has none, so it would change nothing. The mlp's layers "
+                "are policy_hidden and value_hidden: leave hidden_size out, or choose a "
+                "recurrent core"
+            )
         if self.reset_every_episode and self.core == "mlp" and not self.rl2_inputs:
             raise ValueError(
                 "PPOConfig.reset_every_episode=True has nothing to reset: the mlp core keeps no "
