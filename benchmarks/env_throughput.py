@@ -92,6 +92,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tyro
+from _cli import check_counts
 from brax import envs as brax_envs
 from brax.envs.wrappers import training as brax_training
 
@@ -124,6 +125,9 @@ class Config:
     profile: bool = False  # time every operation of one more rollout per variant
     profile_rounds: int = 1  # --profile: traces per variant, in paired rounds (medians)
     trace_dir: str | None = None  # --profile: keep each variant's raw trace here
+
+    def __post_init__(self):
+        check_counts(self)
 
 
 def _space(sys, backend: str) -> C.ContextSpace:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import tyro
+from _cli import check_counts
 
 VARIANTS = ("sequential", "precompile", "brax")
 
@@ -60,6 +61,9 @@ class Config:
     then: int = 0
     out: str | None = None  # a JSON file for every measurement
     worker: str | None = None  # internal: run one measurement of this variant
+
+    def __post_init__(self):
+        check_counts(self, zero_ok=("then",))
 
 
 def _settings(cfg: Config):

@@ -62,6 +62,7 @@ os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
 import env_throughput as bench  # noqa: E402
 import jax  # noqa: E402
 import tyro  # noqa: E402
+from _cli import check_counts
 
 from metarl import provenance  # noqa: E402
 
@@ -445,6 +446,9 @@ class Config:
     stock_depth: int = 16
     out: str | None = None  # a .json of every variant's counts
     dump_hlo: str | None = None  # a folder for each variant's GPU program (.hlo)
+
+    def __post_init__(self):
+        check_counts(self)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tyro
+from _cli import check_counts
 
 from metarl import contexts as C
 from metarl.agents import ppo
@@ -66,6 +67,9 @@ class Config:
     # the env's reset strategies compared ("auto", "pool", "stock", ...; "stock@4": the
     # stock with stock_depth 4): rows core:strategy
     strategies: tuple[str, ...] = ("auto",)
+
+    def __post_init__(self):
+        check_counts(self)
 
 
 def _strategy(spec: str) -> tuple[str, int | None]:

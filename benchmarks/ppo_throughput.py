@@ -78,6 +78,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import tyro
+from _cli import check_counts
 
 from metarl import contexts as C
 from metarl import evaluation as E
@@ -122,6 +123,14 @@ class Config:
     # merge --merge files run on other software (metarl's source, library versions)
     # too, printing the differences; without it such a file is refused
     other_software: bool = False
+
+    def __post_init__(self):
+        check_counts(self, ids=("seeds",))
+        if not self.seeds and not self.merge:
+            raise ValueError(
+                "--seeds with no value trains nothing and summarises --merge files: give "
+                "seeds to train, or --merge FILE.json ..."
+            )
 
 
 POLICY, VALUE = (32, 32), (64, 64)

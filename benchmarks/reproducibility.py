@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import tyro
+from _cli import check_counts
 
 MARKER = "reproducibility-result: "
 # `run_train`'s metrics that are wall-clock times, not results: they differ between
@@ -53,6 +54,9 @@ class Config:
     seed: int = 0  # the run's seed (the same in every process)
     out: str | None = None  # a JSON file for every process's digest and speed
     child: bool = False  # internal: train once and print the result
+
+    def __post_init__(self):
+        check_counts(self, ids=("seed",))
 
 
 def _digest(tree, metrics: list[dict], eval_mean) -> str:

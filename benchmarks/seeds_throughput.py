@@ -15,6 +15,7 @@ import time
 import jax
 import numpy as np
 import tyro
+from _cli import check_counts
 
 from metarl import contexts as C
 from metarl.agents import ppo
@@ -30,6 +31,9 @@ class Config:
     unroll_length: int = 16
     iterations: int = 20  # PPO iterations per timed round
     rounds: int = 3
+
+    def __post_init__(self):
+        check_counts(self)
 
 
 def _setup(env, cfg: Config, num_seeds: int | None, num_envs: int):

@@ -25,6 +25,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import tyro
+from _cli import check_counts
 
 import metarl.contexts as C
 from metarl.envs import POOL, make_contextual
@@ -38,6 +39,9 @@ class Config:
     depth: int = 16  # steps between refills (PPO: unroll_length)
     rounds: int = 5
     out: str | None = None  # a JSON file of the times
+
+    def __post_init__(self):
+        check_counts(self)
 
 
 def main(cfg: Config) -> dict:

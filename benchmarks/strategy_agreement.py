@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tyro
+from _cli import check_counts
 
 from metarl import contexts as C
 from metarl.envs import RESET_STRATEGIES, make_contextual
@@ -36,6 +37,9 @@ class Config:
     reset_chunk: float = 0.0625
     stock_depth: int = 4
     seed: int = 5
+
+    def __post_init__(self):
+        check_counts(self, ids=("seed",))
 
 
 OUTPUTS = ("obs", "reward", "done", "positions")

@@ -106,9 +106,10 @@ def test_the_profile_leaves_out_the_untimed_start(tmp_path):
     assert set(ops) <= names, set(ops) - names
     with pytest.raises(ValueError, match="add --profile"):
         bench.main(bench.Config(trace_dir=str(tmp_path)))
-    for cfg in (bench.Config(profile_rounds=2), bench.Config(profile=True, profile_rounds=0)):
-        with pytest.raises(ValueError, match="--profile-rounds"):
-            bench.main(cfg)
+    with pytest.raises(ValueError, match="--profile-rounds 2: .* with --profile only"):
+        bench.main(bench.Config(profile_rounds=2))
+    with pytest.raises(ValueError, match="--profile-rounds must be >= 1"):
+        bench.Config(profile=True, profile_rounds=0)
 
 
 def test_the_profile_splits_the_time_by_stage():
@@ -269,7 +270,7 @@ def test_ppo_summary_compares_the_files_with_the_first_not_this_machine(tmp_path
     compared with the first one (JAX, device, platform, software), and the summary
     records the first's; a file from another device is still refused."""
     bench = _load("ppo_throughput")
-    cfg = bench.Config(seeds=(), gru=False)
+    cfg = bench.Config(seeds=(0,), gru=False)
     gpu = {"backend": "gpu", "device_kind": "NVIDIA H200", "devices": 1, "XLA_FLAGS": ""}
     paths = []
     for seed, device in ((0, "NVIDIA H200"), (1, "NVIDIA H200"), (2, "NVIDIA H100")):
@@ -282,12 +283,37 @@ def test_ppo_summary_compares_the_files_with_the_first_not_this_machine(tmp_path
         paths.append(tmp_path / f"seed_{seed}.json")
         paths[-1].write_text(json.dumps(record))
     out = tmp_path / "summary.json"
-    bench.main(dataclasses.replace(cfg, merge=tuple(map(str, paths[:2])), out=str(out)))
+    bench.main(dataclasses.replace(cfg, seeds=(), merge=tuple(map(str, paths[:2])), out=str(out)))
     summary = json.loads(out.read_text())
     assert summary["device"] == "NVIDIA H200" and summary["platform"] == gpu
     assert sorted(summary["runs"]["metarl_mlp"]) == ["0", "1"]
     with pytest.raises(ValueError, match="device='NVIDIA H100' \\(here 'NVIDIA H200'\\)"):
-        bench.main(dataclasses.replace(cfg, merge=tuple(map(str, paths))))
+        bench.main(dataclasses.replace(cfg, seeds=(), merge=tuple(map(str, paths))))
+    with pytest.raises(ValueError, match="--seeds with no value trains nothing"):
+        dataclasses.replace(cfg, seeds=())  # and no --merge: nothing to summarise
+
+
+@pytest.mark.parametrize(
+    "script, field, value",
+    [
+        ("env_throughput", "rounds", 0),
+        ("env_throughput", "num_envs", (1024, 0)),
+        ("ppo_throughput", "eval_episodes", 0),
+        ("seeds_throughput", "seeds", 0),  # a count of seeds there
+        ("first_update", "then", -1),
+        ("stock_refill", "depth", 0),
+    ],
+)
+def test_a_benchmark_refuses_a_count_below_one_before_it_compiles(script, field, value):
+    """A zero count once compiled every variant and then failed on an empty median
+    (or timed nothing); seeds that are ids may be 0, and so may --then."""
+    bench = _load(script)
+    least = 0 if field == "then" else 1
+    flag = "--" + field.replace("_", "-")
+    with pytest.raises(ValueError, match=f"^{flag} must be >= {least}, got"):
+        bench.Config(**{field: value})
+    bench.Config(**{field: least if not isinstance(value, tuple) else (least,)})
+    _load("reproducibility").Config(seed=0)
 
 
 def test_stock_refill_times_steps_and_refill_and_keeps_the_stock_full(tmp_path):

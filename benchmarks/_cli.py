@@ -1,0 +1,22 @@
+"""What every benchmark's command line checks (imported by the scripts here)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+def check_counts(cfg, ids: tuple[str, ...] = (), zero_ok: tuple[str, ...] = ()) -> None:
+    """Refuses a count below 1, naming its flag: every int field of the config
+    dataclass `cfg`, and every int of a tuple field (``--num-envs 1024 0``). `ids`:
+    fields that are not counts (a seed); `zero_ok`: counts that may be 0. A zero
+    count otherwise ran every compilation and then failed on an empty median, or
+    timed nothing."""
+    for field in dataclasses.fields(cfg):
+        if field.name in ids:
+            continue
+        value = getattr(cfg, field.name)
+        least = 0 if field.name in zero_ok else 1
+        values = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(v, int) and not isinstance(v, bool) and v < least for v in values):
+            flag = "--" + field.name.replace("_", "-")
+            raise ValueError(f"{flag} must be >= {least}, got {value!r}")
