@@ -76,10 +76,11 @@ class PPOConfig:
     hidden_size: int = 64  # the recurrent core's size (gru, lstm; the mlp refuses another)
     policy_hidden: tuple[int, ...] = (64, 64)
     value_hidden: tuple[int, ...] = (64, 64)
-    action_distribution: str = "tanh_normal"  # or "categorical"
+    action_distribution: str = "tanh_normal"  # "tanh_normal" (continuous) or "categorical"
     rl2_inputs: bool = False  # feed previous action, reward and a new-episode flag
     reset_every_episode: bool = False  # reset recurrent state every episode, not every trial
-    returns_span: str = "trial"  # "trial": RL^2 returns run across a trial's episodes
+    # "trial": RL^2 returns run across a trial's episodes; "episode": each its own
+    returns_span: str = "trial"
     # reset_strategy "stock" ("auto" on a GPU): fresh states stocked per env, refilled
     # every stock_depth steps. None: unroll_length (one refill per rollout), or the
     # largest divisor of it whose stock fits the device's memory budget
