@@ -242,10 +242,13 @@ def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
 def _choice_axis(dist: Choice, ends: tuple[float, float]) -> np.ndarray:
     """A `Choice`'s heatmap axis: its trained values, the midpoints between them that
     the interpolation split takes (none between scales of opposite sign: a scale near
-    0, the quantity switched off, is another task) and the extrapolated ends. Evenly
-    spaced points would put cells where no split looks, a gain x0 among them."""
+    0, the quantity switched off, is another task) and the extrapolated ends that lie
+    outside them (an end clipped to a physical limit inside them, damping 0-1's low
+    end, is a value no split takes). Evenly spaced points would put cells where no
+    split looks, a gain x0 among them."""
     trained = E._trained_values(dist)  # noqa: SLF001 - the splits' own values
-    points = [ends[0], *trained, *E.choice_midpoints(dist), ends[1]]
+    outer = [e for e in ends if not trained[0] <= e <= trained[-1]]
+    points = [*outer, *trained, *E.choice_midpoints(dist)]
     return np.unique(np.asarray(points, np.float32))
 
 

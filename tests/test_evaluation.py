@@ -243,6 +243,10 @@ def test_a_choice_heatmap_axis_holds_the_splits_points_and_never_a_motor_off():
     np.testing.assert_allclose(axis, [-1.5, -1.0, -0.75, -0.5, 0.5, 0.75, 1.0, 1.5])
     absolute = C.ContextSpace({"gravity": C.Choice([5.0, 10.0])})
     np.testing.assert_allclose(_heatmap_axes(absolute)["gravity"], [3.75, 5.0, 7.5, 10.0, 11.25])
+    # damping 0 or 1: nothing physical lies below 0, so the axis has no low end (it
+    # had one clipped to 0.00075, a cell beside the trained 0 that no split takes)
+    damping = C.ContextSpace({"damping": C.Choice([0.0, 1.0])})
+    np.testing.assert_allclose(_heatmap_axes(damping)["damping"], [0.0, 0.5, 1.0, 1.25])
 
 
 def test_heatmap_points_are_spread_over_the_physical_span_all_distinct():
