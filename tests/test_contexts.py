@@ -345,7 +345,8 @@ def test_inertia_sets_the_inverse_weights_mujoco_computes(xml, backend):
 
 
 # A chain with coupled bodies, armature and two tendons: where
-# first-order inverse weights were off by 27-700% (audit of 2026-11-26)
+# first-order inverse weights were off by 27-700% (audit of 2026-11-26); the fixed
+# tendon's armature enters the inertia at qpos0 (left out, tendon_invweight0 was 12x)
 CHAIN_XML = """
 <mujoco><worldbody><geom name="floor" type="plane" size="2 2 .1"/>
   <body name="torso" pos="0 0 1"><freejoint/>
@@ -358,7 +359,7 @@ CHAIN_XML = """
           range="-1 0" armature="0.05"/>
         <geom type="capsule" fromto="0 0 0 0 0 -0.3" size="0.03" mass="0.5"/>
       </body></body></body></worldbody>
-  <tendon><fixed name="coupled" limited="true" range="-0.5 0.5">
+  <tendon><fixed name="coupled" limited="true" range="-0.5 0.5" armature="0.2">
       <joint joint="hip" coef="1"/><joint joint="knee" coef="-0.5"/></fixed>
     <spatial name="cable"><site site="s0"/><site site="s1"/></spatial></tendon>
 </mujoco>"""
@@ -415,12 +416,14 @@ def test_inertia_contexts_set_the_inverse_weights_mujoco_computes(backend, offse
     jax.tree.map(np.testing.assert_array_equal, carried, got)
 
 
-# A ball that two slide joints move (MuJoCo's body_simple 2), a slider carrying a
-# hinged pole, and a wheel turning about its centre of mass
+# A ball that two slide joints move (MuJoCo's body_simple 2; their armature is left
+# out of its dofs' inverse weights too), a slider carrying a hinged pole, and a wheel
+# turning about its centre of mass
 SLIDING_XML = """
 <mujoco><worldbody><geom name="floor" type="plane" size="2 2 .1"/>
-  <body name="ball" pos="0 0 1"><joint type="slide" axis="1 0 0"/>
-    <joint type="slide" axis="0 0 1"/><geom type="sphere" size="0.1" mass="2"/></body>
+  <body name="ball" pos="0 0 1"><joint type="slide" axis="1 0 0" armature="0.5"/>
+    <joint type="slide" axis="0 0 1" armature="0.5"/>
+    <geom type="sphere" size="0.1" mass="2"/></body>
   <body name="slider" pos="1 0 1"><joint type="slide" axis="1 0 0"/>
     <geom type="box" size="0.1 0.1 0.1" mass="3"/>
     <body name="pole"><joint type="hinge" axis="0 1 0"/>
@@ -454,6 +457,26 @@ def test_a_body_that_only_slides_gets_the_inverse_weights_mujoco_computes(backen
         np.testing.assert_allclose(getattr(got, f), getattr(model, f), rtol=1e-5, err_msg=f)
     with pytest.raises(ValueError, match="slide joints alone move it"):
         _bind({"inertia[ball]": C.Scale(0.5, 2.0)}, backend, sys)
+
+
+@pytest.mark.parametrize("backend", ["generalized", "mjx"])
+def test_a_centre_of_mass_offset_is_refused_on_a_body_compiled_as_simple(backend):
+    """MuJoCo compiles a body whose centre of mass is its frame's origin (here a free
+    box and a ball joint's body) as simple: the mass matrix's fixed sparsity pattern
+    leaves out the coupling of its dofs, so a moved centre of mass was dropped from
+    the dynamics (a spinning box 0.9 off MuJoCo's path). An <inertial> off its origin
+    makes it a general body, which takes the offset."""
+    sys = mjcf.loads(FREE_AND_BALL_XML)
+    with pytest.raises(ValueError, match=r"free: MuJoCo compiled it as a simple body"):
+        _bind({"com_offset[free]": C.Uniform(-0.05, 0.05)}, backend, sys)
+    with pytest.raises(ValueError, match=r"(?s)simple body.*ball: MuJoCo compiled"):
+        _bind({"com_offset": C.Uniform(-0.05, 0.05)}, backend, sys)
+    general = FREE_AND_BALL_XML.replace(
+        '<joint type="free"/>',
+        '<joint type="free"/><inertial pos="1e-6 0 0" mass="2" diaginertia=".1 .1 .1"/>',
+    )
+    assert mujoco.MjModel.from_xml_string(general).body_simple[1] == 0
+    _bind({"com_offset[free]": C.Uniform(-0.05, 0.05)}, backend, mjcf.loads(general))
 
 
 # A muscle whose peak force MuJoCo derives from the limb it moves (force < 0: F0 =

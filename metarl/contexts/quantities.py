@@ -266,7 +266,9 @@ def setconst(default, sys, groups: tuple[str, ...], basis=None) -> dict[str, jnp
     each tendon. Against mj_setConst with masses, inertias, armatures and centres of
     mass changed: relative differences of 4e-7, 1e-7 and 1e-5 on hopper, ant and
     humanoid (checked once, 2026-11-26), within 2e-5 on a chain with two tendons
-    (tests/test_contexts.py).
+    (tests/test_contexts.py). M holds the tendons' armature, J' diag(armature) J, as
+    MJX's dynamics do; a body that slide joints alone move (`body_simple` 2) gets
+    MuJoCo's shortcut, [1 / mass, 0], and its dofs 1 / mass.
 
     acc0: `actuator_acc0`, the norm of M^-1 times each actuator's moment arms.
 
@@ -279,12 +281,15 @@ def setconst(default, sys, groups: tuple[str, ...], basis=None) -> dict[str, jnp
         from mujoco.mjx._src import support
 
         d, jac, ten_j, moment = _setconst_terms(sys, groups)
-        minv = jnp.linalg.inv(support.full_m(sys, d))
+        m = support.full_m(sys, d)
     else:
         m = jnp.tensordot(sys.body_mass, basis["mass"], 1)
         m += jnp.tensordot(sys.body_inertia, basis["inertia"], 2)
-        minv = jnp.linalg.inv(m + jnp.diag(sys.dof_armature))
+        m += jnp.diag(sys.dof_armature)
         jac, ten_j, moment = basis["jac"], basis["ten_J"], basis["moment"]
+    if np.asarray(sys.tendon_adr).shape[0]:  # tendons' armature: J' diag(a) J, as MJX's
+        m += ten_j.T @ (sys.tendon_armature[:, None] * ten_j)  # smooth.tendon_armature adds
+    minv = jnp.linalg.inv(m)
     fields = {}
     if "weights" in groups:
         # trace of J M^-1 J' per body, translation and rotation: jac [nbody, 2, 3, nv]
@@ -308,6 +313,11 @@ def setconst(default, sys, groups: tuple[str, ...], basis=None) -> dict[str, jnp
                 groups_of[adr : adr + 3] = adr
         same = (groups_of[:, None] == groups_of[None, :]).astype(np.float32)
         fields["dof_invweight0"] = jnp.asarray(same / same.sum(1, keepdims=True)) @ jnp.diag(minv)
+        if sliding.any():  # the same shortcut for their dofs: 1 / mass, armature left out
+            dof_body = np.asarray(sys.dof_bodyid)
+            fields["dof_invweight0"] = jnp.where(
+                jnp.asarray(sliding[dof_body]), 1 / mass[dof_body], fields["dof_invweight0"]
+            )
         if np.asarray(sys.tendon_adr).shape[0]:
             fields["tendon_invweight0"] = jnp.sum((ten_j @ minv) * ten_j, axis=1)
     if "acc0" in groups:
@@ -766,6 +776,24 @@ def _com_offset_apply(sys, offset):
     return sys.tree_replace(fields)
 
 
+def _simple_bodies(sys, backend) -> dict[int, str]:
+    """Bodies MuJoCo compiled as simple (`body_simple` 1: a free or single-joint body
+    whose centre of mass is its frame's origin). The mass matrix's sparsity pattern,
+    fixed when the model compiles, leaves out the coupling of their dofs, which a
+    moved centre of mass makes nonzero: MJX would drop it (a spinning box's path 0.9
+    off MuJoCo's; `mj_setConst` refuses the edit) and so would the inverse weights.
+    Brax's positional and spring backends build no such matrix."""
+    if backend not in _JOINT_BACKENDS:
+        return {}
+    why = (
+        "MuJoCo compiled it as a simple body (its centre of mass at its frame's origin), "
+        "so its mass matrix's fixed pattern leaves out the coupling a moved centre of "
+        'mass makes; give it an <inertial pos="1e-6 0 0" .../> off its origin and '
+        "MuJoCo compiles it as a general body"
+    )
+    return {int(b) - 1: why for b in np.flatnonzero(np.asarray(sys.body_simple) == 1) if b}
+
+
 def _servo_mask(sys, xp):
     """Position servos: affine bias with biasprm[1] = -gainprm[0] != 0 (MuJoCo's
     <position>), the actuators whose kp is one number written in both places."""
@@ -1010,6 +1038,7 @@ QUANTITIES: dict[str, Quantity] = {
         default=lambda sys: jnp.zeros((sys.nbody - 1, 3), jnp.float32),
         apply=_com_offset_apply,
         lower=None,
+        frozen=_simple_bodies,
         **_ROTATING,
     ),
     "actuator_kp": Quantity(
