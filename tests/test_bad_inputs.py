@@ -319,6 +319,18 @@ ROWS = [
         "selects no element of field 'geom_friction' of shape (3, 3)",
     ),
     ("raw slice step 0", bind({"geom_friction[::0, 0]": C.Uniform(0.1, 1.0)}), ValueError, "step"),
+    (  # the README's example once did this: hopper's trajectory unchanged to 0.0
+        "raw torsional friction on a Brax backend",
+        bind({"geom_friction[:, 1]": C.Fixed(0.05)}, "hopper", backend="generalized"),
+        ValueError,
+        "reads the sliding friction (column 0) alone",
+    ),
+    (
+        "raw rolling friction where no geom has condim 6",
+        bind({"geom_friction[:, 1:]": C.Fixed(0.05)}, "hopper", backend="mjx"),
+        ValueError,
+        "no geom has the condim its columns [1, 2] need",
+    ),
     ("raw negative inertia", bind({"link.inertia.i": C.Scale(-1.0, -0.5)}), ValueError, "> 0"),
     ("raw path missing", bind({"link.nothing": C.Uniform(1.0, 2.0)}), ValueError, "no field"),
     ("raw index", bind({"geom_friction[99, 0]": C.Uniform(0.1, 1.0)}), ValueError, "index"),

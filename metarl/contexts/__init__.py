@@ -6,7 +6,7 @@ space = C.ContextSpace({
     "gravity": C.Uniform(7.0, 12.0),                  # absolute, m/s^2
     "mass": C.Scale(0.7, 1.3, per_element=True),      # x default, one draw per body
     "friction": C.Uniform(0.4, 1.2),                  # absolute, shared by colliding geoms
-    "geom_friction[:, 1]": C.Fixed(0.05),             # raw System path, for experts
+    "geom_solref[:, 0]": C.Uniform(0.01, 0.03),       # raw System path, for experts
 })
 ```
 """

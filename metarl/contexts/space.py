@@ -16,7 +16,7 @@ A name is one of:
   name, pattern or index (``"mass[torso]"``, ``"friction[floor]"``; see
   `metarl.contexts.names`);
 * a task parameter the env declares in its ``task_params`` (a goal distance);
-* a raw model path (``"geom_friction[:, 1]"``), for experts.
+* a raw model path (``"geom_solref[:, 0]"``), for experts.
 """
 
 from __future__ import annotations
@@ -645,6 +645,8 @@ def _resolve(
             "not change the simulation. Use a canonical name "
             f"({', '.join(CANONICAL_NAMES)}), which writes the fields each backend reads"
         )
+    if raw.field == "geom_friction" and (problem := _unread_friction_columns(raw, sys, backend)):
+        raise ValueError(f"raw path {name!r}: {problem}")
     if raw.field in _SPRING_SCALED:
         problem = spring_scale_check(*_SPRING_SCALED[raw.field])(sys, backend)
         if problem:
@@ -655,6 +657,36 @@ def _resolve(
         if not hasattr(sys, raw.field.split(".")[0]):
             raise _unknown(name, str(e), task) from None
         raise
+
+
+def _unread_friction_columns(raw: paths.RawPath, sys: System, backend: str) -> str | None:
+    """Why a raw path into `geom_friction` that selects only its torsional (1) and
+    rolling (2) columns changes nothing, or None: Brax's own backends read the sliding
+    coefficient (column 0) alone, and MuJoCo's contacts read column 1 only at
+    condim >= 4 and column 2 at condim 6 (the README's own example once varied
+    hopper's torsional friction on the generalized backend: nothing changed)."""
+    shape = np.shape(raw.read(sys))
+    try:
+        columns = set(np.broadcast_to(np.arange(shape[-1]), shape)[raw.index].ravel().tolist())
+    except (IndexError, ValueError):  # `paths.resolve` names a bad index
+        return None
+    if not columns or 0 in columns:
+        return None
+    if backend != "mjx":
+        return (
+            f"the {backend!r} backend reads the sliding friction (column 0) alone, not the "
+            "torsional or rolling one (columns 1, 2): vary 'friction', or use backend='mjx' "
+            "with geoms of condim 4 or 6"
+        )
+    condim = int(np.max(np.asarray(sys.geom_condim), initial=0))
+    needs = {1: 4, 2: 6}
+    unread = sorted(c for c in columns if condim < needs[c])
+    if len(unread) < len(columns):
+        return None
+    return (
+        f"no geom has the condim its columns {unread} need (torsional: 4, rolling: 6; the "
+        f"largest here is {condim}), so no contact reads them"
+    )
 
 
 def _live_selection(
