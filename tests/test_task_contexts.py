@@ -89,23 +89,55 @@ def test_playground_goal_changes_the_reward():
     assert float(near) == pytest.approx(5.0) and float(far) == 0.0
 
 
-def test_a_task_parameter_no_context_draws_keeps_its_dtype():
-    """An index declared as an integer stays one (all task parameters became float32,
-    and indexing with a float fails); drawn ones are float32."""
+WEIGHTS = jnp.array([0.0, 1.0, 10.0])
+
+
+def _indexed_env(space):
+    """An MJCF env whose reward reads an integer index, a flag and a float goal."""
     from metarl.envs import MjcfEnv
 
     xml = """<mujoco><worldbody><body><joint name="x" type="slide" axis="1 0 0"/>
       <geom type="sphere" size="0.1" mass="1"/></body></worldbody>
       <actuator><motor joint="x"/></actuator></mujoco>"""
-    weights = jnp.array([0.0, 1.0, 10.0])
     env = MjcfEnv(
         xml,
         observe=lambda data, task: jnp.concatenate([data.qpos, data.qvel]),
-        reward=lambda data, action, new, task: weights[task["idx"]] + task["goal"],
-        task_params={"idx": 2, "goal": 0.3},
+        reward=lambda data, action, new, task: (
+            WEIGHTS[task["idx"]] + task["goal"] + jnp.where(task["flag"], 100.0, 0.0)
+        ),
+        task_params={"idx": 2, "goal": 0.3, "flag": False},
     )
-    env = make_contextual(env, C.ContextSpace({"goal": C.Uniform(0.1, 0.5)}))
+    return make_contextual(env, C.ContextSpace(space))
+
+
+def test_a_task_parameter_no_context_draws_keeps_its_dtype():
+    """An index declared as an integer stays one (all task parameters became float32,
+    and indexing with a float fails); drawn floats are float32."""
+    env = _indexed_env({"goal": C.Uniform(0.1, 0.5)})
     state = env.step(env.reset(jax.random.key(0)), jnp.zeros(env.action_size))
     goal = float(state.info[CONTEXT]["goal"])
     assert 0.1 <= goal <= 0.5
     np.testing.assert_allclose(float(state.reward), 10.0 + goal, rtol=1e-6)
+
+
+def test_an_integer_or_flag_task_parameter_is_drawn_as_one():
+    """An index and a flag take a Choice of their own kind of values, and the env reads
+    them as declared: a flag drawn in [0, 1] was read as True every time (the context
+    varied, the task did not), and a Choice of indices failed inside JAX."""
+    env = _indexed_env({"idx": C.Choice([0, 1, 2]), "flag": C.Choice([0, 1])})
+    keys = jax.random.split(jax.random.key(0), 64)
+    state = jax.vmap(env.reset)(keys)
+    state = jax.vmap(env.step)(state, jnp.zeros((64, env.action_size)))
+    idx, flag = (np.asarray(state.info[CONTEXT][k]) for k in ("idx", "flag"))
+    assert set(idx.tolist()) == {0, 1, 2} and set(flag.tolist()) == {0, 1}
+    want = np.asarray(WEIGHTS)[idx.astype(int)] + 0.3 + 100.0 * flag
+    np.testing.assert_allclose(np.asarray(state.reward), want, rtol=1e-6)
+    for space, kind in (
+        ({"flag": C.Uniform(0.0, 1.0)}, "a flag"),
+        ({"flag": C.Choice([0.0, 0.5])}, "a flag"),
+        ({"idx": C.Uniform(0.0, 2.0)}, "an integer"),
+        ({"idx": C.Choice([0.5, 1.5])}, "an integer"),
+        ({"idx": C.Choice([1.0, 2.0], relative=True)}, "an integer"),
+    ):
+        with pytest.raises(ValueError, match=f"declares this task parameter as {kind}"):
+            _indexed_env(space)

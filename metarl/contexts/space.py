@@ -34,7 +34,7 @@ from flax import struct
 
 from metarl.contexts import names as element_names
 from metarl.contexts import paths, reads
-from metarl.contexts.distributions import Choice, Distribution, LogUniform, Normal
+from metarl.contexts.distributions import Choice, Distribution, Fixed, LogUniform, Normal
 from metarl.contexts.quantities import (
     LINEAR_INPUTS,
     NOT_LINEAR,
@@ -232,6 +232,29 @@ class ContextSpace(Mapping):
             else:
                 out[name] = dist.support()
         return out
+
+
+def _check_discrete_task(name: str, dist: Distribution, declared: Any) -> None:
+    """An integer or flag task parameter (an index, a switch) takes only a `Choice` or
+    a `Fixed` of its own kind of values, absolute: a continuous draw would be cut to a
+    few values the env reads (a flag drawn in [0, 1] read as True every time)."""
+    kind = np.asarray(declared).dtype
+    if np.issubdtype(kind, np.floating):
+        return
+    flag = kind == np.bool_
+    what = "a flag (bool): values 0 and 1" if flag else f"an integer ({kind}): whole values"
+    if isinstance(dist, Choice):
+        values = dist._drawn()  # noqa: SLF001 - what a draw can take
+    elif isinstance(dist, Fixed):
+        values = np.asarray(dist.value)
+    else:
+        values = None
+    valid = values is not None and not dist.relative and np.all(np.round(values) == values)
+    if not valid or (flag and not np.all((values == 0) | (values == 1))):
+        raise ValueError(
+            f"context {name!r}: the env declares this task parameter as {what}, so it "
+            f"takes an absolute Choice or Fixed of such values, got {dist!r}"
+        )
 
 
 def _task_value(value: Any) -> jax.Array:
@@ -488,12 +511,14 @@ class Binding:
         return dict(self.task)
 
     def task_params(self, context: Context) -> dict[str, jax.Array]:
-        """The env's task parameters with the drawn task contexts written in (float32);
-        those no context draws keep their own dtype (an index stays an integer)."""
+        """The env's task parameters with the drawn task contexts written in, each of
+        its declared kind (a float as float32; an integer or flag as declared, a value
+        a curriculum moved off the declared values rounded to the nearest)."""
         out = {k: _task_value(v) for k, v in self.task.items()}
         for e in self.entries:
             if isinstance(e.target, TaskParam):
-                out[e.name] = e.value(context[e.name])
+                value, kind = e.value(context[e.name]), out[e.name].dtype
+                out[e.name] = value if kind == jnp.float32 else jnp.round(value).astype(kind)
         return out
 
     def default_context(self) -> Context:
@@ -989,6 +1014,8 @@ def bind(
             )
         if dist.relative and dist.per_element and len(_zero_rows(default)):
             raise ValueError(_zero_default_message(name, target, select, sys, default))
+        if isinstance(target, TaskParam):
+            _check_discrete_task(name, dist, task[name])
         entry = _Entry(
             name,
             target,
