@@ -659,7 +659,7 @@ def test_check_ranges_rejects_other_names_kinds_and_shapes():
 RANGES = {
     "gravity": C.Uniform(5.0, 15.0),
     "mass": C.LogUniform(0.5, 2.0),
-    "com_offset": C.Normal(0.0, 0.01),
+    "geom_pos[1, 0]": C.Normal(0.0, 0.01),  # a raw path: no physical bound
     "damping": C.TruncatedNormal(0.2, 0.05, 0.0, 1.0),
     "actuator_gain": C.Choice([-1.0, 1.0], relative=True),
 }
@@ -683,8 +683,8 @@ REBUILT = {
     "infinite bound": (("gravity", "high", np.inf), "Uniform.high must be finite"),
     "low > high": (("gravity", "low", 20.0), "Uniform needs low <= high"),
     "loguniform low <= 0": (("mass", "low", 0.0), "LogUniform needs low > 0"),
-    "negative std": (("com_offset", "std", -0.01), "Normal needs std >= 0"),
-    "NaN mean": (("com_offset", "mean", np.nan), "Normal.mean must be finite"),
+    "negative std": (("geom_pos[1, 0]", "std", -0.01), "Normal needs std >= 0"),
+    "NaN mean": (("geom_pos[1, 0]", "mean", np.nan), "Normal.mean must be finite"),
     "truncated low > high": (("damping", "low", 2.0), "TruncatedNormal needs low <= high"),
     "truncated negative std": (("damping", "std", -1.0), "TruncatedNormal needs std >= 0"),
     "probs not summing to 1": (

@@ -40,6 +40,24 @@ def test_truncated_normal_far_from_its_mean_samples_the_right_end(mean, std, low
     _close_to(x, ref, min(std, high - low))
 
 
+@pytest.mark.parametrize("mean", [2.0, 0.5, -1.0], ids=["beyond-high", "inside", "beyond-low"])
+def test_a_truncated_normal_shrinks_and_normalises_where_its_draws_lie(mean):
+    """TruncatedNormal(2, 0.1, 0, 1).scaled(0.1) shrank about its mean, beyond its
+    bounds: its draws, 1.89-1.90, left the support it was shrunk from. Its visible
+    context was normalised over its bounds: gravity TruncatedNormal(9.8, 0.5, 0.1, 30)
+    used 8% of [-1, 1]."""
+    dist = C.TruncatedNormal(mean, 0.1, 0.0, 1.0)
+    x = _draw(dist)
+    shrunk = _draw(dist.scaled(0.1))
+    assert 0.0 <= shrunk.min() and shrunk.max() <= 1.0
+    np.testing.assert_allclose(np.median(shrunk), dist.centre(), atol=0.02)
+    offset, scale = dist.normaliser()
+    low, high = np.quantile((x - offset) / scale, [0.02275, 0.97725])
+    assert low == pytest.approx(-1.0, abs=0.05) and high == pytest.approx(1.0, abs=0.05)
+    offset, scale = C.TruncatedNormal(9.8, 0.5, 0.1, 30.0).normaliser()
+    assert (offset, scale) == (pytest.approx(9.8), pytest.approx(1.0, rel=1e-5))
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     mean=st.floats(-5, 5),

@@ -186,16 +186,24 @@ def test_a_choice_value_of_probability_zero_is_not_trained_on():
 
 def test_a_truncated_normal_is_held_out_where_its_draws_lie():
     """TruncatedNormal(1, 0.1, 0.05, 5) draws within 1 +- 0.45; its interval was its
-    bounds 0.05-5, so 72% of "interpolation" lay beyond any training draw. It is its
-    mean +- 2 std clipped to its bounds, as a Normal's is (unclipped)."""
+    bounds 0.05-5, so 72% of "interpolation" lay beyond any training draw. It is where
+    the central 95.45% of its draws lie, as a Normal's mean +- 2 std: with bounds that
+    cut into that, the truncated draws' own quantiles (mean +- 2 std clipped put 67%
+    of a TruncatedNormal(2, 0.1, 0, 1)'s interval below every draw but 0.1%)."""
     space = C.ContextSpace(
         {
             "mass": C.TruncatedNormal(1.0, 0.1, 0.05, 5.0, relative=True),
-            "inertia": C.TruncatedNormal(1.0, 0.1, 0.9, 5.0, relative=True),  # clipped low
+            "inertia": C.TruncatedNormal(1.0, 0.1, 0.9, 5.0, relative=True),  # cut low
+            "gravity": C.TruncatedNormal(2.0, 0.1, 0.0, 1.0),  # its mean beyond its bounds
         }
     )
     iv = {n: tuple(map(float, v)) for n, v in space.intervals().items()}
-    assert iv == {"mass": pytest.approx((0.8, 1.2)), "inertia": pytest.approx((0.9, 1.2))}
+    assert iv["mass"] == pytest.approx((0.8, 1.2))
+    for name in ("inertia", "gravity"):
+        draws = np.asarray(space[name].sample(jax.random.key(0), (200_000,)))
+        want = np.quantile(draws, [0.02275, 0.97725])
+        np.testing.assert_allclose(iv[name], want, atol=2e-3, err_msg=name)
+    assert iv["gravity"][0] > 0.96  # not 0.8
     inside = E.interpolation(space, 200).values["mass"]
     assert np.all((inside >= 0.8 - 1e-6) & (inside <= 1.2 + 1e-6))
     env = make_contextual("inverted_pendulum", space)

@@ -353,6 +353,9 @@ class Normal(Distribution):
         return dataclasses.replace(self, mean=_fit(value, self.mean), std=_fit(0.0, self.std))
 
 
+_TWO_STD_BELOW = 0.5 * math.erfc(2 / math.sqrt(2))  # P(Normal < mean - 2 std), 2.275%
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class TruncatedNormal(Distribution):
     """Normal(mean, std) conditioned on [low, high]."""
@@ -385,8 +388,38 @@ class TruncatedNormal(Distribution):
     def support(self):
         return np.asarray(self.low), np.asarray(self.high)
 
+    def quantiles(self, q) -> np.ndarray:
+        """The values below which a fraction `q` of the draws lie (float64 numpy; per
+        element where the parameters are arrays): the truncated distribution's own,
+        which a mean outside the bounds puts near the bound it is beyond."""
+        from scipy import stats
+
+        mean, std, low, high = (
+            np.asarray(getattr(self, f), np.float64) for f in ("mean", "std", "low", "high")
+        )
+        spread = (std > 0) & (high > low)
+        safe = np.where(spread, std, 1.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            z = stats.truncnorm.ppf(q, (low - mean) / safe, (high - mean) / safe)
+        return np.where(spread, mean + safe * z, np.clip(mean, low, high))
+
+    def central(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where the central 95.45% of the draws lie (a Normal's mean +- 2 std): for
+        TruncatedNormal(1, 0.1, 0.05, 5), [0.8, 1.2]; for one whose bounds cut into
+        that, the quantiles of the truncated draws (TruncatedNormal(2, 0.1, 0, 1): its
+        draws lie in [0.963, 1.0], not in mean - 2 std clipped, [0.8, 1.0])."""
+        return tuple(
+            self.quantiles(q).astype(np.float32) for q in (_TWO_STD_BELOW, 1 - _TWO_STD_BELOW)
+        )
+
+    def normaliser(self):
+        low, high = self.central()
+        return (low + high) / 2, np.maximum((high - low) / 2, 1e-6)
+
     def centre(self):
-        return np.asarray(self.mean)
+        """The mean clipped into the bounds: the range shrinks toward where its draws
+        lie (about a mean beyond a bound, it would leave its support)."""
+        return np.clip(np.asarray(self.mean), self.low, self.high)
 
     def _rescaled(self, f, c):
         return dataclasses.replace(

@@ -213,8 +213,8 @@ class ContextSpace(Mapping):
 
     def intervals(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """A finite (low, high) per name, where the draws lie: the support; mean +- 2
-        std for a Normal; for a TruncatedNormal, the same (about its mean clipped into
-        its bounds) clipped to its bounds, which only limit the draws: of
+        std for a Normal; for a TruncatedNormal, where the same 95.45% of its draws lie
+        (`TruncatedNormal.central`): its bounds only limit the draws, so of
         TruncatedNormal(1, 0.1, 0.05, 5), [0.8, 1.2], not [0.05, 5], where 72% of
         the interval lies beyond any training draw. Held-out sets, the heatmap axes
         and the logged curriculum ranges read these intervals."""
@@ -223,9 +223,7 @@ class ContextSpace(Mapping):
         out = {}
         for name, dist in self._dists.items():
             if isinstance(dist, TruncatedNormal):
-                low, high = np.asarray(dist.low), np.asarray(dist.high)
-                m, s = np.clip(dist.mean, low, high), np.asarray(dist.std)
-                out[name] = (np.clip(m - 2 * s, low, high), np.clip(m + 2 * s, low, high))
+                out[name] = dist.central()
             elif isinstance(dist, Normal):
                 m, s = np.asarray(dist.mean), np.asarray(dist.std)
                 out[name] = (m - 2 * s, m + 2 * s)
