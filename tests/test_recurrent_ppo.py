@@ -11,6 +11,8 @@ trials of 3 episodes that end by termination or truncation:
 - evaluation leaves the observation statistics and training untouched.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -344,3 +346,40 @@ def test_an_observation_constant_in_the_first_batch_reaches_the_networks_bounded
     inside = (obs[0, :5] - stats.mean[:5]) / stats.std[:5]
     np.testing.assert_array_equal(actor[0, :5], inside)
     assert float(actor[0, 5]) == float(critic[0, 5]) == OBS_CLIP  # not 0.1 / 1e-6
+
+
+def test_a_policy_run_by_hand_keeps_its_memory_and_survives_more_training():
+    """`action, carry = policy(obs, carry)` left the core's reset flag at 1 until
+    `observe` cleared it: a loop without `observe` wiped a GRU's memory before every
+    step. Within an episode the memory now runs on as with `observe`. A policy built
+    before `run_train` (which consumes its state) still acts, and a state of another
+    space is refused."""
+    env = make_contextual("inverted_pendulum", GRAVITY, episode_length=50)
+    config = ppo.PPOConfig(core="gru", hidden_size=8, **{**TINY, "rl2_inputs": False})
+    space = ppo.make_train_space(env, config)
+    ts = ppo.init_training_state(space, jax.random.key(0))
+    es = ppo.init_env_state(space, jax.random.key(1))
+    ts, es, _ = ppo.run_train(space, ts, es, config.batch_size)
+    policy = ppo.make_policy(space, ts)
+    act, observe = jax.jit(lambda p, o, c: p(o, c)), jax.jit(lambda p, c, a, s: p.observe(c, a, s))
+    step = jax.jit(jax.vmap(env.step))
+
+    def run(policy, observed, fresh=False, steps=3):
+        state = jax.vmap(env.reset)(jax.random.split(jax.random.key(7), 4))
+        carry, actions = policy.init_carry(4), []
+        for _ in range(steps):
+            action, carry = act(policy, state.obs, policy.init_carry(4) if fresh else carry)
+            state = step(state, action)
+            carry = observe(policy, carry, action, state) if observed else carry
+            actions.append(np.asarray(action))
+        assert not np.asarray(state.info[TRIAL].new_episode).any()  # one episode each
+        return np.stack(actions)
+
+    with_observe = run(policy, True)
+    np.testing.assert_array_equal(run(policy, False), with_observe)
+    assert np.abs(run(policy, False, fresh=True) - with_observe).max() > 1e-3  # memory matters
+    ppo.run_train(space, ts, es, config.batch_size)  # consumes ts
+    np.testing.assert_array_equal(run(policy, True), with_observe)
+    other = ppo.make_train_space(env, dataclasses.replace(config, core="lstm"))
+    with pytest.raises(ValueError, match="does not match this train space"):
+        ppo.make_policy(other, ppo.init_training_state(space, jax.random.key(0)))

@@ -5,19 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
 from metarl.agents.agent import Agent, AgentCarry
+from metarl.agents.ppo.training import fits
 
 
 class Policy(struct.PyTreeNode):
     """Inference: ``action, carry = policy(obs, carry)`` on batched inputs.
 
-    After each env step call ``carry = policy.observe(carry, action, state)``
-    so that recurrent and RL^2 agents see the reward and reset at trial starts.
-    A Policy is a pytree (parameters are leaves): pass it into jitted code;
-    policies from the same TrainSpace share one compiled evaluation.
+    After each env step call ``carry = policy.observe(carry, action, state)``:
+    a recurrent agent's memory then starts over at each trial (or episode) start,
+    where the env says one begins, and an RL^2 agent sees its previous action and
+    reward. Without it the memory runs on across trials and the RL^2 inputs stay
+    zero (the agent acts as it never did in training). A Policy is a pytree
+    (parameters are leaves): pass it into jitted code; policies from the same
+    TrainSpace share one compiled evaluation.
     """
 
     params: Any
@@ -39,7 +44,10 @@ class Policy(struct.PyTreeNode):
                 self.params, self.normalizer, o, c, k, self.deterministic
             )
         )(obs, carry, keys)
-        return action, carry
+        # the core has seen its first observation: it starts over only where `observe`
+        # says (left at 1, a loop without `observe` wiped the memory at every step)
+        zero = jnp.zeros_like(carry.reset)
+        return action, carry.replace(reset=zero, new_episode=zero)
 
     def observe(self, carry: AgentCarry, action: jax.Array, state) -> AgentCarry:
         return self.agent.observe(carry, action, state)
@@ -48,15 +56,23 @@ class Policy(struct.PyTreeNode):
 def make_policy(space, training_state, deterministic: bool = True) -> Policy:
     """The agent of `space` (a TrainSpace) with `training_state`'s parameters and
     observation statistics, as an inference function (see `Policy`). A state of a
-    multi-seed space holds every seed: pass one, ``ppo.select_seed(training_state, k)``."""
+    multi-seed space holds every seed: pass one, ``ppo.select_seed(training_state, k)``.
+    The policy holds copies: `run_train`, which consumes the state it is given, leaves
+    it working (a snapshot of the best parameters so far, say)."""
     if np.ndim(training_state.iterations):
         raise ValueError(
             f"make_policy: training_state holds {len(training_state.iterations)} seeds (the "
             "space's seed axis); build one seed's policy from ppo.select_seed(training_state, k)"
         )
+    if not fits(space, training_state, seeds=0 if space.num_seeds is None else 1):
+        raise ValueError(
+            "make_policy: training_state does not match this train space (another agent or "
+            "config): pass the state run_train returned for this space"
+        )
+    copy = lambda tree: jax.tree.map(jnp.copy, tree)  # noqa: E731
     return Policy(
-        params=training_state.params,
-        normalizer=training_state.normalizer,
+        params=copy(training_state.params),
+        normalizer=copy(training_state.normalizer),
         agent=space.agent,
         deterministic=deterministic,
     )

@@ -537,13 +537,20 @@ def _check_run(space: TrainSpace, ts, es, num_steps) -> None:
                     else ": build it with init_env_state(space, ...)"
                 )
             )
-    expected = jax.eval_shape(space.init_training, seed_keys(0, space.num_seeds))
-    shapes = lambda t: [(x.shape, x.dtype) for x in jax.tree.leaves(t)]  # noqa: E731
-    if jax.tree.structure(ts) != jax.tree.structure(expected) or shapes(ts) != shapes(expected):
+    if not fits(space, ts):
         raise ValueError(
             "run_train: training_state does not match this train space (another agent or "
             "config): build it with init_training_state(space, key)"
         )
+
+
+def fits(space: TrainSpace, ts, seeds: int = 0) -> bool:
+    """Whether `ts` has the structure and shapes of `space`'s training state, less
+    `seeds` leading seed axes (1: one seed of a multi-seed space's state)."""
+    expected = jax.eval_shape(space.init_training, seed_keys(0, space.num_seeds))
+    shapes = lambda t, k: [(x.shape[k:], x.dtype) for x in jax.tree.leaves(t)]  # noqa: E731
+    same = jax.tree.structure(ts) == jax.tree.structure(expected)
+    return same and shapes(ts, 0) == shapes(expected, seeds)
 
 
 def _summarise(space, ts, sums: IterationStats, iterations, timing) -> dict[str, Any]:
