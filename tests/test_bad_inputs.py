@@ -270,6 +270,15 @@ ROWS = [
         ValueError,
         "hidden_size=32 sizes a recurrent core",
     ),
+    (  # no episode boundary differs from a trial's: a setting that changed nothing
+        "reset_every_episode with one episode per trial",
+        lambda: ppo.make_train_space(
+            make_contextual("inverted_pendulum", G),
+            ppo.PPOConfig(core="gru", reset_every_episode=True, returns_span="episode"),
+        ),
+        ValueError,
+        'reset_every_episode=True and returns_span="episode" would change nothing',
+    ),
     (
         "reset_every_episode with nothing to reset",
         lambda: ppo.PPOConfig(reset_every_episode=True),

@@ -176,6 +176,21 @@ def make_train_space(
             f"actions are {'indices' if env.discrete_actions else 'float vectors'}: use "
             f"{'categorical' if env.discrete_actions else 'tanh_normal'}"
         )
+    if env.episodes_per_trial == 1 and (
+        unused := [
+            setting
+            for setting, on in (
+                ("reset_every_episode=True", config.reset_every_episode),
+                ('returns_span="episode"', config.returns_span == "episode"),
+            )
+            if on
+        ]
+    ):
+        raise ValueError(
+            f"{' and '.join(unused)} would change nothing: this env's trials are one episode "
+            "each (episodes_per_trial=1), so every episode start is a trial start. Leave "
+            "it out, or make the env with episodes_per_trial > 1"
+        )
     mesh = data_mesh()
     if config.num_envs % (mesh.size * config.num_minibatches):
         raise ValueError(
