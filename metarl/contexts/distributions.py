@@ -388,7 +388,7 @@ class TruncatedNormal(Distribution):
     def support(self):
         return np.asarray(self.low), np.asarray(self.high)
 
-    def quantiles(self, q) -> np.ndarray:
+    def _quantiles(self, q) -> np.ndarray:
         """The values below which a fraction `q` of the draws lie (float64 numpy; per
         element where the parameters are arrays): the truncated distribution's own,
         which a mean outside the bounds puts near the bound it is beyond."""
@@ -409,7 +409,7 @@ class TruncatedNormal(Distribution):
         that, the quantiles of the truncated draws (TruncatedNormal(2, 0.1, 0, 1): its
         draws lie in [0.963, 1.0], not in mean - 2 std clipped, [0.8, 1.0])."""
         return tuple(
-            self.quantiles(q).astype(np.float32) for q in (_TWO_STD_BELOW, 1 - _TWO_STD_BELOW)
+            self._quantiles(q).astype(np.float32) for q in (_TWO_STD_BELOW, 1 - _TWO_STD_BELOW)
         )
 
     def normaliser(self):

@@ -176,16 +176,15 @@ def make_train_space(
             f"actions are {'indices' if env.discrete_actions else 'float vectors'}: use "
             f"{'categorical' if env.discrete_actions else 'tanh_normal'}"
         )
-    if env.episodes_per_trial == 1 and (
-        unused := [
-            setting
-            for setting, on in (
-                ("reset_every_episode=True", config.reset_every_episode),
-                ('returns_span="episode"', config.returns_span == "episode"),
-            )
-            if on
-        ]
-    ):
+    unused = [
+        setting
+        for setting, on in (
+            ("reset_every_episode=True", config.reset_every_episode),
+            ('returns_span="episode"', config.returns_span == "episode"),
+        )
+        if on
+    ]
+    if env.episodes_per_trial == 1 and unused:
         raise ValueError(
             f"{' and '.join(unused)} would change nothing: this env's trials are one episode "
             "each (episodes_per_trial=1), so every episode start is a trial start. Leave "
