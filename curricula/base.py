@@ -145,14 +145,7 @@ def as_defaults(target: ContextSpace, defaults: Any, who: str) -> dict[str, np.n
     """The defaults of the target's names as float32 arrays (None: each range's own centre)."""
     if defaults is None:
         return None
-    if not isinstance(defaults, Mapping):
-        raise ValueError(
-            f"{who}: defaults must be None (each range's own centre) or a mapping such as "
-            f"env.default_context(), got {type(defaults).__name__}"
-        )
-    missing = [name for name in target if name not in defaults]
-    if missing:
-        raise ValueError(f"{who}: defaults has no value for {missing}; it needs every target name")
+    target.check_defaults(defaults, f"{who}: defaults (None: each range's own centre)")
     return {name: np.asarray(defaults[name], np.float32) for name in target}
 
 
@@ -180,7 +173,8 @@ def scaled(target: ContextSpace, fraction: float, defaults: Mapping | None) -> C
     if fraction >= 1:
         return target
     ranged = ContextSpace({n: d for n, d in target.items() if not isinstance(d, (Fixed, Choice))})
-    grown = inside(ranged, ranged.scaled(fraction, around=defaults))
+    around = None if defaults is None else {n: defaults[n] for n in ranged}
+    grown = inside(ranged, ranged.scaled(fraction, around=around))
     return ContextSpace({n: grown[n] if n in grown else d for n, d in target.items()})
 
 

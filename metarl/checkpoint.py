@@ -145,6 +145,11 @@ def damaged_steps(directory) -> list[str]:
     return sorted(found, key=found.get)
 
 
+def _check_step(step: object) -> None:
+    if not isinstance(step, int | np.integer) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"checkpoint step must be an integer >= 0, got {step!r}")
+
+
 def save(directory, step: int, state, *, keep: int = 3) -> pathlib.Path:
     """Writes `state` (any pytree of arrays) as checkpoint `step` under `directory`.
 
@@ -154,8 +159,7 @@ def save(directory, step: int, state, *, keep: int = 3) -> pathlib.Path:
     older step saved after a newer one would delete a newer checkpoint.
     """
     directory = pathlib.Path(directory).absolute()
-    if not isinstance(step, int | np.integer) or isinstance(step, bool) or step < 0:
-        raise ValueError(f"checkpoint step must be an integer >= 0, got {step!r}")
+    _check_step(step)
     if not isinstance(keep, int | np.integer) or isinstance(keep, bool) or keep < 1:
         raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
     steps = all_steps(directory)
@@ -201,6 +205,8 @@ def restore(directory, like, step: int | None = None):
     error that is not damage (see `_is_damage`) is raised as it is and moves nothing.
     """
     directory = pathlib.Path(directory).absolute()
+    if step is not None:
+        _check_step(step)
     _one_process(jax.tree_util.tree_leaves(like), "restore")
     steps = all_steps(directory)
     if not steps or (step is not None and step not in steps):

@@ -61,6 +61,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
+import numbers
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -126,7 +128,21 @@ def _shape(space: ContextSpace, name: str, env: ContextualEnv | None) -> tuple[i
     dist = space[name]
     if isinstance(dist, Choice):
         return ()
-    return np.broadcast_shapes(*map(np.shape, jax.tree.leaves(dist)))
+    shape = np.broadcast_shapes(*map(np.shape, jax.tree.leaves(dist)))
+    if env is None and dist.per_element and not shape:
+        # one number per context would pin every element alike, where training draws
+        # each element on its own: the split would not be the training distribution
+        raise ValueError(
+            f"context {name!r} is per element with one range for all elements: pass env= "
+            "(the env knows how many elements it covers) to draw one value per element"
+        )
+    return shape
+
+
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
+    return int(value)
 
 
 def in_distribution(
@@ -134,6 +150,7 @@ def in_distribution(
 ) -> ContextSet:
     """`num` contexts drawn from the training ranges themselves (with `env`: one
     value per element of a per-element entry, as training draws them)."""
+    num = _count(num, "in_distribution: num")
     keys = jax.random.split(jax.random.key(seed), len(space))
     values = {}
     for (name, dist), k in zip(space.items(), keys):
@@ -147,6 +164,7 @@ def interpolation(
 ) -> ContextSet:
     """`num` contexts inside the training intervals, off any discrete training support
     (with `env`: one value per element of a per-element entry)."""
+    num = _count(num, "interpolation: num")
     rng = np.random.default_rng(seed)
     values = {}
     for name, dist in space.items():
@@ -249,10 +267,11 @@ def extrapolation(
     ``extrapolation``), "low" or "high" (every dimension below / above its
     interval; split ``extrapolation_low`` / ``extrapolation_high``).
     """
-    if factor <= 1:
-        raise ValueError(f"extrapolation needs factor > 1, got {factor}")
+    if not math.isfinite(factor) or factor <= 1:
+        raise ValueError(f"extrapolation needs a finite factor > 1, got {factor}")
     if side not in SIDES:
         raise ValueError(f"extrapolation: side must be one of {SIDES}, got {side!r}")
+    num = _count(num, "extrapolation: num")
     rng = np.random.default_rng(seed)
     turns = periods(env)
     values = {}
@@ -337,8 +356,8 @@ class Evaluator:
     """
 
     def __init__(self, env: ContextualEnv, episodes: int = 4, max_contexts: int = 32):
-        if episodes < 1 or max_contexts < 1:
-            raise ValueError("episodes and max_contexts must be >= 1")
+        episodes = _count(episodes, "Evaluator: episodes")
+        max_contexts = _count(max_contexts, "Evaluator: max_contexts")
         k = env.episodes_per_trial
         if episodes % k:
             raise ValueError(
@@ -424,7 +443,12 @@ class Evaluator:
             raise ValueError(f"a context set must hold 1..{self.max_contexts} contexts, got {c}")
         idx = np.minimum(np.arange(self.max_contexts), c - 1)
         spaces = [self._point({n: v[i] for n, v in contexts.values.items()}) for i in idx]
-        ranges = jax.tree.map(lambda *x: np.repeat(np.stack(x), self.trials, axis=0), *spaces)
+        points = jax.tree.map(lambda *x: np.stack(x), *spaces)
+        try:  # the physical limits training's ranges are held to (mass > 0, ...)
+            self.env.binding.check_limits(points, (self.max_contexts,))
+        except ValueError as e:
+            raise ValueError(f"context set {contexts.split!r}: {e}") from None
+        ranges = jax.tree.map(lambda x: np.repeat(x, self.trials, axis=0), points)
         raw, cut = map(np.asarray, self._run(policy, ranges, key))  # [contexts * trials, k]
         per_context = raw.reshape(self.max_contexts, -1)[:c]  # [c, trials * k = episodes]
         per_trial = raw.reshape(self.max_contexts, self.trials, -1)[:c]

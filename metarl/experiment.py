@@ -161,6 +161,13 @@ class Experiment:
     ppo: ppo.PPOConfig
     eval: EvalConfig = EvalConfig()
 
+    def __post_init__(self):
+        # at once, not when a widening curriculum first reaches a bad end segments later
+        try:
+            self.env.binding.check_ranges(self.target)
+        except ValueError as e:
+            raise ValueError(f"the experiment's target: {e}") from None
+
 
 @dataclasses.dataclass(frozen=True)
 class Compiled:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import numbers
 import os
 import pathlib
 import re
@@ -136,6 +137,16 @@ def _required_scalar(tag: str, value: Any) -> float:
             f"{np.shape(value)}: {value!r}"
         )
     return number
+
+
+def _step(step: Any) -> int:
+    """A step as an int; refuses a fraction or a non-number, which int() would cut."""
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral | np.integer):
+        if not (isinstance(step, float | np.floating) and float(step).is_integer()):
+            raise TypeError(f"a step must be a whole number, got {step!r}")
+    if step < 0:
+        raise ValueError(f"a step must be >= 0, got {step!r}")
+    return int(step)
 
 
 def context_units(space: ContextSpace) -> dict[str, str]:
@@ -304,7 +315,7 @@ class RunLogger:
         4 seeds, no return where no episode ended) and counts non-finite episodes
         itself; 2 seeds of a short run printed the warning 176 times."""
         value = _required_scalar(tag, value)
-        self._last_step = max(self._last_step, int(step))
+        self._last_step = max(self._last_step, _step(step))
         if math.isfinite(value):
             self._writer.add_scalar(tag, value, int(step))
             return
@@ -348,7 +359,7 @@ class RunLogger:
         for name, values in contexts.items():
             values = np.asarray(values, float).ravel()
             if (values := values[np.isfinite(values)]).size:
-                self._last_step = max(self._last_step, int(step))
+                self._last_step = max(self._last_step, _step(step))
                 self._writer.add_histogram(context_tag(name), values, int(step))
 
     def log_eval(
@@ -406,7 +417,7 @@ class RunLogger:
         canvas = FigureCanvasAgg(figure)
         canvas.draw()
         rgb = np.asarray(canvas.buffer_rgba())[..., :3]
-        self._last_step = max(self._last_step, int(step))
+        self._last_step = max(self._last_step, _step(step))
         self._writer.add_image(HEATMAP, rgb, int(step), dataformats="HWC")
 
     def log_hparams(
@@ -421,9 +432,8 @@ class RunLogger:
         it finished shows one HParams session, its last, as a run that never stopped
         does (a purge marker cannot hide the earlier one, which sits at a step the
         extended run keeps)."""
-        step = self._last_step if step is None else int(step)
-        tags = {hparam_metric_tag(k): _scalar(v) for k, v in metrics.items()}
-        tags = {k: v for k, v in tags.items() if v is not None}
+        step = self._last_step if step is None else _step(step)
+        tags = {hparam_metric_tag(k): _required_scalar(k, v) for k, v in metrics.items()}
         earlier = sorted(pathlib.Path(self.logdir).glob(f"events.out.tfevents.*{HPARAMS_SUFFIX}"))
         suffix = f".{time.time_ns():020d}.{os.getpid()}{HPARAMS_SUFFIX}"
         writer = FileWriter(self.logdir, filename_suffix=suffix)

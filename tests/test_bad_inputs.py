@@ -498,6 +498,71 @@ ROWS = [
         "one or two",
     ),
     ("evaluator episodes", lambda: E.Evaluator(env(), episodes=0), ValueError, ">= 1"),
+    (
+        "evaluator episodes 4.0",
+        lambda: E.Evaluator(env(), episodes=4.0),
+        ValueError,
+        "episodes must be an integer >= 1, got 4.0",
+    ),
+    (
+        "extrapolation factor inf",  # drew a mass of inf
+        lambda: E.extrapolation(env(), G, 4, factor=math.inf),
+        ValueError,
+        "a finite factor > 1",
+    ),
+    ("in_distribution num -1", lambda: E.in_distribution(G, -1), ValueError, "num must be"),
+    (  # one number per context would pin every body alike, where training draws each
+        "in_distribution per element without env",
+        lambda: E.in_distribution(C.ContextSpace({"mass": C.Scale(0.5, 2.0, per_element=True)}), 3),
+        ValueError,
+        "pass env=",
+    ),
+    (  # ran, and averaged the returns of the broken physics into the split's
+        "evaluate a context beyond a physical limit",
+        lambda: E.Evaluator(env(), 1, 2).evaluate(
+            None, E.ContextSet("grid", {"gravity": np.array([9.8, -9.8], np.float32)}), None
+        ),
+        ValueError,
+        "context set 'grid': context 'gravity': Uniform can produce -9.8",
+    ),
+    (  # trained segments (checkpointed) until a widening curriculum reached the bad end
+        "experiment target beyond a physical limit",
+        lambda: experiment.Experiment(
+            env(),
+            C.ContextSpace({"gravity": C.Uniform(-5.0, 15.0)}),
+            curricula.LinearWidening(0.1, 4),
+            ppo.PPOConfig(**SMALL),
+        ),
+        ValueError,
+        "the experiment's target: context 'gravity'",
+    ),
+    (  # JAX clamps the index: "seed 5" was seed 1
+        "select_seed past the end",
+        lambda: ppo.select_seed({"w": np.zeros((2, 3))}, 5),
+        ValueError,
+        "run k=5 outside 0..1",
+    ),
+    ("seed_keys num_seeds 0", lambda: ppo.seed_keys(5, 0), ValueError, "num_seeds must be"),
+    (  # the 1.5 was ignored: a relative range scales about x1
+        "scaled about a relative entry's default other than 1",
+        lambda: C.ContextSpace({"mass": C.Scale(0.5, 2.0)}).scaled(0.5, around={"mass": 1.5}),
+        ValueError,
+        "'mass' is relative",
+    ),
+    (
+        "scaled about an unknown name",
+        lambda: G.scaled(0.5, around={"gravity": 9.8, "gravty": 3.0}),
+        ValueError,
+        "unknown ['gravty']",
+    ),
+    (
+        "curriculum defaults for a relative entry",
+        lambda: curricula.LinearWidening(0.5, 2).init(
+            C.ContextSpace({"mass": C.Scale(0.5, 2.0)}), defaults={"mass": 1.5}
+        ),
+        ValueError,
+        "'mass' is relative",
+    ),
     # -- checkpoints, logging, runner --
     (
         "save step -1",
@@ -516,6 +581,12 @@ ROWS = [
         lambda: checkpoint.save("/tmp/never", 1, {"x": np.ones(2)}, keep=0),
         ValueError,
         "keep",
+    ),
+    (  # said "no checkpoint step 5 ...; available steps: [5]"
+        "restore step str",
+        lambda: checkpoint.restore("/tmp/never-there", {}, step="5"),
+        ValueError,
+        "checkpoint step must be an integer >= 0, got '5'",
     ),
     (
         "restore missing",
@@ -582,6 +653,20 @@ ROWS = [
         "--ppo.seed 7 and --seed 3 disagree",
     ),
 ]
+
+
+def test_the_logger_refuses_a_metric_or_step_that_is_not_one_number(tmp_path):
+    """log_hparams once dropped an array metric and wrote the string "3" as 3.0, and
+    a step of 2.9 was logged at 2."""
+    log = RunLogger(tmp_path, ["gravity"])
+    with pytest.raises(TypeError, match="final_return: a scalar number is needed"):
+        log.log_hparams({"lr": 1e-3}, {"final_return": np.ones(3)})
+    with pytest.raises(TypeError, match="gap: a scalar number is needed"):
+        log.log_hparams({"lr": 1e-3}, {"gap": "3"})
+    with pytest.raises(TypeError, match="a step must be a whole number, got 2.9"):
+        log.log_scalars(2.9, {"train/return": 1.0})
+    log.log_scalars(np.float64(3.0), {"train/return": 1.0})  # a whole number is one
+    log.close()
 
 
 def test_the_table_is_large_and_ids_are_unique():

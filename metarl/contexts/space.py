@@ -165,20 +165,43 @@ class ContextSpace(Mapping):
         default at or below 0 has no place: it lies below the range, which is
         then scaled about its low edge (the nearest point to that default).
         """
+        if around is not None:
+            self.check_defaults(around, "scaled(around=...)")
         out = {}
         for name, dist in self._dists.items():
             centre = None
             if around is not None:
-                if not isinstance(around, Mapping):
-                    raise ValueError(
-                        "scaled(around=...) takes None (each range's centre) or a mapping of "
-                        f"defaults such as env.default_context(); got {around!r}"
-                    )
                 centre = 1.0 if dist.relative else _fitting_centre(name, dist, around)
                 if isinstance(dist, LogUniform):
                     centre = np.where(centre > 0, centre, np.asarray(dist.low, np.float32))
             out[name] = dist.scaled(f, centre)
         return ContextSpace(out)
+
+    def check_defaults(self, defaults: Any, who: str) -> Mapping:
+        """`defaults` (usually ``env.default_context()``) as ranges are scaled about:
+        a mapping with a value for each of this space's names and no other, 1 for a
+        relative entry (a scale's default is x1; another value would be ignored)."""
+        if not isinstance(defaults, Mapping):
+            raise ValueError(
+                f"{who} takes a mapping of defaults such as env.default_context(), "
+                f"got {type(defaults).__name__}"
+            )
+        missing = [n for n in self if n not in defaults]
+        unknown = [n for n in defaults if n not in self._dists]
+        if missing or unknown:
+            raise ValueError(
+                f"{who}: the defaults must give every name of the space {list(self)} and no "
+                f"other: missing {missing}, unknown {unknown}"
+            )
+        for name, dist in self._dists.items():
+            value = np.asarray(defaults[name], np.float64)
+            if dist.relative and not np.all(value == 1):
+                raise ValueError(
+                    f"{who}: {name!r} is relative, a scale of the env's own value, whose "
+                    f"default is 1; got {value.tolist()} (give an absolute range to move it "
+                    "about another value)"
+                )
+        return defaults
 
     def pinned(self, values: Mapping[str, Any]) -> ContextSpace:
         """The same names, kinds and shapes, every distribution degenerate at `values[name]`.
@@ -572,6 +595,13 @@ class Binding:
         """Validates replacement ranges: `ContextSpace.check_compatible`, then the
         physical limits of every distinct row of a batch (`batch_shape` in front)."""
         self.space.check_compatible(ranges, batch_shape)
+        return self.check_limits(ranges, batch_shape)
+
+    def check_limits(self, ranges: Any, batch_shape: tuple[int, ...] = ()) -> ContextSpace:
+        """The physical limits of every distinct row of a batch of ranges whose names
+        and flags are this space's (`ContextSpace.check_meaning`), of any kind and
+        shape: the evaluator's `Fixed` values for a space of `Uniform` ranges."""
+        self.space.check_meaning(ranges)
         if not batch_shape:
             for e in self.entries:
                 _check_values(e, ranges[e.name])
@@ -586,7 +616,7 @@ class Binding:
             np.concatenate([x.reshape(n, -1) for x in leaves], 1), axis=0, return_index=True
         )[1]
         for i in rows:  # validate each distinct row once
-            self.check_ranges(jax.tree.map(lambda x, i=i: x[i], flat))
+            self.check_limits(jax.tree.map(lambda x, i=i: x[i], flat))
         return ranges
 
 

@@ -22,7 +22,7 @@ from jax.sharding import PartitionSpec as P
 
 from metarl import parallel
 from metarl.agents.agent import Agent
-from metarl.agents.ppo.config import PPOConfig, check_seeds, divisors
+from metarl.agents.ppo.config import PPOConfig, _is_int, check_seeds, divisors
 from metarl.agents.ppo.learner import IterationStats, TrainingState, iterate_fn
 from metarl.agents.ppo.rollout import EnvState
 from metarl.compilation import count_compilations
@@ -260,6 +260,8 @@ def make_train_space(
 
 def seed_keys(seed: int, num_seeds: int | None = None) -> jax.Array:
     """``jax.random.key(seed)``, or the keys of seeds seed, seed+1, ... stacked [num_seeds]."""
+    if num_seeds is not None and (not _is_int(num_seeds) or num_seeds < 1):
+        raise ValueError(f"num_seeds must be an int >= 1 (or None for one run), got {num_seeds!r}")
     check_seeds(seed, 1 if num_seeds is None else num_seeds)
     if num_seeds is None:
         return jax.random.key(seed)
@@ -268,6 +270,13 @@ def seed_keys(seed: int, num_seeds: int | None = None) -> jax.Array:
 
 def select_seed(tree: Any, k: int) -> Any:
     """Run k of a state with a leading seed axis (e.g. to build its policy)."""
+    sizes = {np.shape(x)[0] if np.ndim(x) else None for x in jax.tree.leaves(tree)}
+    if None in sizes or len(sizes) != 1:
+        raise ValueError("select_seed needs a tree whose every leaf has the same leading seed axis")
+    (n,) = sizes
+    # JAX clamps an index past the end: seed 5 of 2 would be seed 1, silently
+    if not _is_int(k) or not 0 <= k < n:
+        raise ValueError(f"select_seed: run k={k!r} outside 0..{n - 1} (the state holds {n} runs)")
     return jax.tree.map(lambda x: x[k], tree)
 
 
