@@ -478,7 +478,9 @@ def summarize(results: Mapping[str, EvalResult]) -> dict[str, float]:
     if not sides and "extrapolation" in out:
         sides = [out["extrapolation"]]
     if "train" in out and sides:
-        out["generalization_gap"] = out["train"] - min(sides)
+        # np.min: a NaN side (no episode ended there) makes the gap NaN whatever its
+        # place; min() kept or dropped it by the order of the two sides
+        out["generalization_gap"] = out["train"] - float(np.min(sides))
     if "train" in out and "interpolation" in out:
         out["interpolation_gap"] = out["train"] - out["interpolation"]
     return out

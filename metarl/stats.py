@@ -84,7 +84,8 @@ def iqm(scores) -> float:
     lo, hi = n / 4, 3 * n / 4
     edges = np.arange(n)
     weights = np.clip(np.minimum(edges + 1, hi) - np.maximum(edges, lo), 0.0, 1.0)
-    return float(np.sum(weights * x) / np.sum(weights))
+    keep = weights > 0  # a trimmed inf would add 0 * inf = NaN
+    return float(np.sum(weights[keep] * x[keep]) / np.sum(weights))
 
 
 def _check_confidence(confidence: float) -> None:
@@ -111,7 +112,7 @@ def summarize(scores, *, reps: int = 2000, confidence: float = 0.95, seed: int =
     if x.ndim not in (1, 2):
         raise ValueError(f"scores must be [num_seeds] or [num_seeds, num_tasks], got {x.shape}")
     _check_confidence(confidence)
-    x = x.reshape(x.shape[0], -1)
+    x = x.reshape(x.shape[0], x.shape[1] if x.ndim == 2 else 1)
     finite = np.isfinite(x).all(axis=1)
     x, dropped = x[finite], int(np.sum(~finite))
     n = x.shape[0]
@@ -129,7 +130,7 @@ def summarize(scores, *, reps: int = 2000, confidence: float = 0.95, seed: int =
 
 def format_iqm(summary: Summary, digits: int = 0) -> str:
     """``"IQM [low, high]"`` with `digits` decimals (``"IQM [no CI: 3 seeds]"`` below
-    `MIN_SEEDS_FOR_CI`); ``" (2 of 5 NaN)"`` appended when seeds were dropped for a
+    `MIN_SEEDS_FOR_CI`); ``" (2 of 5 non-finite)"`` appended when seeds were dropped for a
     non-finite score."""
     f = f"{{:.{digits}f}}"
     text = f.format(summary.iqm)
@@ -138,13 +139,13 @@ def format_iqm(summary: Summary, digits: int = 0) -> str:
     elif summary.n > 0:
         text += f" [no CI: {summary.n} seed{'s' if summary.n > 1 else ''}]"
     if summary.dropped:
-        text += f" ({summary.dropped} of {summary.n + summary.dropped} NaN)"
+        text += f" ({summary.dropped} of {summary.n + summary.dropped} non-finite)"
     return text
 
 
 @dataclasses.dataclass(frozen=True)
 class Difference:
-    """mean(A) - mean(B) over seeds, and its bootstrap confidence interval."""
+    """mean(A) - mean(B) over seeds, and its t confidence interval (`difference`)."""
 
     diff: float
     ci_low: float
@@ -202,7 +203,7 @@ def difference(a, b, *, paired: bool = False, confidence: float = 0.95) -> Diffe
 
 def format_difference(d: Difference, digits: int = 0) -> str:
     """``"+diff [low, high]"`` with `digits` decimals; ``"+diff [no CI: 1 vs 3 seeds]"``
-    when either side has fewer than two finite seeds; ``" (1 NaN left out)"``
+    when either side has fewer than two finite seeds; ``" (1 non-finite left out)"``
     appended when seeds (paired: pairs) were dropped for a non-finite score."""
     if not (np.isfinite(d.ci_low) and np.isfinite(d.ci_high)):
         text = f"{d.diff:+.{digits}f} [no CI: {d.n_a} vs {d.n_b} seeds]"
@@ -210,5 +211,5 @@ def format_difference(d: Difference, digits: int = 0) -> str:
         f = f"{{:+.{digits}f}} [{{:.{digits}f}}, {{:.{digits}f}}]"
         text = f.format(d.diff, d.ci_low, d.ci_high)
     if d.dropped:
-        text += f" ({d.dropped} NaN left out)"
+        text += f" ({d.dropped} non-finite left out)"
     return text

@@ -1,6 +1,8 @@
 """Held-out context sets lie where their split says: interpolation inside every
 element's own training interval, extrapolation outside it and physical."""
 
+import types
+
 import flax
 import jax
 import jax.numpy as jnp
@@ -474,3 +476,18 @@ def test_the_evaluator_runs_each_element_at_its_own_value():
         E.Evaluator(env, episodes=1).evaluate(
             _Push(), E.ContextSet("train", {"mass": np.ones((1, 3), np.float32)}), key
         )
+
+
+def test_the_generalization_gap_takes_the_worse_side_and_a_nan_side_makes_it_nan():
+    """train - the worse extrapolation side; a side whose mean is NaN (no episode
+    ended there) made the gap NaN or not by the order of the two sides."""
+
+    def gap(low, high):
+        results = {
+            s: types.SimpleNamespace(mean=np.array([v]))
+            for s, v in (("train", 100.0), ("extrapolation_low", low), ("extrapolation_high", high))
+        }
+        return E.summarize(results)["generalization_gap"]
+
+    assert gap(40.0, 70.0) == gap(70.0, 40.0) == 60.0
+    assert np.isnan(gap(np.nan, 50.0)) and np.isnan(gap(50.0, np.nan))

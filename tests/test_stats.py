@@ -49,13 +49,19 @@ def test_edge_cases():
     dropped = stats.summarize([1.0, np.nan, 3.0, 2.0])
     assert dropped.n == 3 and dropped.dropped == 1 and dropped.mean == 2.0
     assert np.isnan(dropped.ci_low) and np.isnan(dropped.ci_high)
-    assert stats.format_iqm(dropped) == "2 [no CI: 3 seeds] (1 of 4 NaN)"
+    assert stats.format_iqm(dropped) == "2 [no CI: 3 seeds] (1 of 4 non-finite)"
     assert stats.format_iqm(stats.summarize([1.0, 3.0, 2.0])) == "2 [no CI: 3 seeds]"
     four = stats.summarize([1.0, 2.0, 3.0, 4.0])
     assert stats.MIN_SEEDS_FOR_CI == 4 and four.ci_low < 2.5 < four.ci_high
     assert stats.format_iqm(four).startswith("2 [") and "no CI" not in stats.format_iqm(four)
     with pytest.raises(ValueError, match="num_seeds"):
         stats.summarize(np.zeros((2, 2, 2)))
+    for empty in ([], np.zeros((0, 3))):  # no seeds at all: nothing to summarize, said so
+        none = stats.summarize(empty)
+        assert none.n == 0 and np.isnan(none.iqm) and np.isnan(none.mean)
+    # an infinite score in the trimmed quarters is trimmed, not 0 * inf = NaN
+    assert stats.iqm([1.0, 2.0, 3.0, np.inf]) == 2.5
+    assert stats.iqm([-np.inf, 1.0, 2.0, 3.0]) == 1.5
 
 
 def test_few_seeds_bootstrap_would_undercover_which_is_why_it_is_withheld():
@@ -144,9 +150,11 @@ def test_paired_difference_cancels_the_seed_effect_both_share():
 def test_paired_difference_drops_pairs_and_says_so():
     d = stats.difference([1.0, np.nan, 3.0, 5.0], [0.0, 0.0, np.inf, 1.0], paired=True)
     assert (d.diff, d.n_a, d.n_b, d.dropped) == (2.5, 2, 2, 2)
-    assert stats.format_difference(d).endswith("(2 NaN left out)")
+    assert stats.format_difference(d).endswith("(2 non-finite left out)")
     unpaired = stats.difference([1.0, np.nan, 3.0], [0.0, 0.0])
-    assert unpaired.dropped == 1 and stats.format_difference(unpaired).endswith("(1 NaN left out)")
+    assert unpaired.dropped == 1 and stats.format_difference(unpaired).endswith(
+        "(1 non-finite left out)"
+    )
     assert "NaN" not in stats.format_difference(stats.difference([1.0, 2.0], [0.0, 1.0]))
     with pytest.raises(ValueError, match="seed i of a with seed i of b: a has 3 seeds, b 2"):
         stats.difference([1.0, 2.0, 3.0], [1.0, 2.0], paired=True)
