@@ -727,6 +727,10 @@ def test_numpy_numbers_and_lists_make_the_same_config_as_python_ones():
     assert type(numpy.num_envs) is int and type(numpy.policy_hidden) is tuple
     low = ppo.PPOConfig(learning_rate=np.float32(1e-3))
     assert type(low.learning_rate) is float and low.learning_rate == float(np.float32(1e-3))
+    # the env's counts alike (make_contextual refused np.int64(20) as "not an integer")
+    made = make_contextual(Puck(), G, episode_length=np.int64(20), episodes_per_trial=np.int32(2))
+    assert (made.episode_length, made.episodes_per_trial) == (20, 2)
+    assert type(made.episode_length) is int
 
 
 def test_a_policy_of_a_multi_seed_state_names_select_seed():

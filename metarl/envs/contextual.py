@@ -19,6 +19,7 @@ Per-step bookkeeping lives in ``state.info["trial"]``, a typed `TrialInfo`.
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import Any
 
 import jax
@@ -592,8 +593,9 @@ def make_contextual(
         ("episode_length", episode_length, 1),
         ("episodes_per_trial", episodes_per_trial, 1),
     ):
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < least:
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    episode_length, episodes_per_trial = int(episode_length), int(episodes_per_trial)
     if not (isinstance(visible_context, bool) or visible_context == "privileged"):
         raise ValueError(f"visible_context must be one of {VISIBILITY}, got {visible_context!r}")
     check_strategy(reset_strategy)
