@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import math
 import os
 import pathlib
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import jax
@@ -833,6 +834,9 @@ def run_variants(
             exp, pathlib.Path(logdir) / name, hparams, num_seeds, seed, steps_per_segment,
             segments, resume, quiet=True,
         )  # fmt: skip
+    base = next(iter(variants.values()))
+    seeds = [seed + k for k in range(num_seeds)]
+    apart = [n for n, exp in variants.items() if not _same_held_out(exp, base, seeds)]
     results, shared = {}, []
     for name, exp in variants.items():
         print(f"\n== {name} ==")
@@ -852,14 +856,35 @@ def run_variants(
             compiled=compiled,
             table=False,
         )
-    print_comparison(results, logdir)
+    print_comparison(results, logdir, apart)
     return results
 
 
-def _comparison(results: dict[str, list[dict]]) -> dict[str, dict[str, stats.Difference]] | None:
+def _same_held_out(a: Experiment, b: Experiment, seeds: list[int]) -> bool:
+    """Whether two variants' seeds draw the same held-out contexts (`held_out_sets`):
+    the pairing of `difference(paired=True)` rests on it."""
+    with contextlib.redirect_stderr(io.StringIO()):  # a skipped split is said by the run
+        for seed in seeds:
+            sa, sb = held_out_sets(a, seed), held_out_sets(b, seed)
+            if sa.keys() != sb.keys():
+                return False
+            for split, x in sa.items():
+                y = sb[split].values
+                if x.values.keys() != y.keys() or not all(
+                    np.array_equal(v, y[n]) for n, v in x.values.items()
+                ):
+                    return False
+    return True
+
+
+def _comparison(
+    results: dict[str, list[dict]], apart: Sequence[str] = ()
+) -> dict[str, dict[str, stats.Difference]] | None:
     """Each variant's last-segment scores minus the first variant's, per split and
-    gap, paired by seed (`metarl.stats.difference`); None with one seed (no CI)."""
+    gap, paired by seed (`metarl.stats.difference`); None with one seed (no CI).
+    Variants named in `apart` (held-out sets not the first one's) are left out."""
     (base, base_rows), *others = results.items()
+    others = [(name, rows) for name, rows in others if name not in apart]
     last = base_rows[-1]
     if not isinstance(last.get("train_return"), list) or not others:
         return None
@@ -932,15 +957,24 @@ def _nonfinite_note(row: dict) -> str:
     )
 
 
-def print_comparison(results: dict[str, list[dict]], logdir: str | os.PathLike) -> None:
+def print_comparison(
+    results: dict[str, list[dict]], logdir: str | os.PathLike, apart: Sequence[str] = ()
+) -> None:
     """One line per variant: its last segment's returns on every split; with
-    several seeds, then each variant's difference from the first one."""
+    several seeds, then each variant's difference from the first one, except for
+    the variants in `apart`, whose held-out sets are not the first one's."""
     cols = list(_columns(1))[2:]
     print("\n" + _line(["variant", *[_columns(1)[c] for c in cols]]))
     for name, rows in results.items():
         print(_line([name, *(_cell(rows[-1].get(c, float("nan"))) for c in cols)]))
-    if (diffs := _comparison(results)) is not None:
-        base = next(iter(results))
+    base = next(iter(results))
+    if apart:
+        print(
+            f"\nNot compared with {base}: {', '.join(apart)}: their held-out sets are not "
+            f"{base}'s (another target, env or eval settings), so a seed's scores are not "
+            "on the same contexts"
+        )
+    if (diffs := _comparison(results, apart)) is not None:
         print(
             f"\nDifference from {base} (mean over seeds, paired by seed: seed i of every "
             "variant draws the same held-out sets and evaluation keys, and starts from the "

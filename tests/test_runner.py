@@ -835,6 +835,25 @@ def test_a_comparison_of_variants_prints_paired_differences_from_the_first(tmp_p
     assert "Difference from" not in capsys.readouterr().out  # one seed: no interval
 
 
+def test_variants_whose_held_out_sets_differ_are_not_paired(exp, tmp_path, capsys):
+    """The paired difference rests on seed i of two variants scoring the same held-out
+    contexts. A variant of another target draws other ones: it was paired all the
+    same, its "+x [a, b]" a difference of scores on different contexts."""
+    other_curriculum = replace(exp, curriculum=curricula.LinearWidening(0.5, 3))
+    wider = C.ContextSpace({"gravity": C.Uniform(5.0, 20.0), "mass": C.Scale(0.5, 2.0)})
+    other_target = replace(exp, target=wider)
+    assert experiment._same_held_out(exp, other_curriculum, [0, 1])
+    assert not experiment._same_held_out(exp, other_target, [0, 1])
+    scores = [1.0, 2.0, 4.0, 3.0]
+    row = [{"segment": 1, "env_steps": 8, "train_return": scores, "train": scores}]
+    experiment.print_comparison({"a": row, "b": row, "wide": row}, tmp_path, ["wide"])
+    out = capsys.readouterr().out
+    assert "Not compared with a: wide: their held-out sets are not a's" in out
+    diff_lines = [x.strip() for x in out.split("Difference from a")[1].splitlines()]
+    assert any(x.startswith("b ") for x in diff_lines)
+    assert not any(x.startswith("wide") for x in diff_lines)
+
+
 def test_a_variant_that_may_not_run_stops_the_comparison_before_any_trains(exp, tmp_path):
     """Every variant's logdir is checked before the first trains: a refusal of the
     second once came after the first had trained (and rewritten its run.json)."""
