@@ -510,6 +510,12 @@ ROWS = [
         ValueError,
         "a finite factor > 1",
     ),
+    (  # said "TypeError: 'int' object is not iterable"
+        "check_compatible batch_shape int",
+        lambda: G.check_compatible(G, batch_shape=3),
+        ValueError,
+        "batch_shape must be a tuple of sizes, () or (num_envs,), got 3",
+    ),
     ("in_distribution num -1", lambda: E.in_distribution(G, -1), ValueError, "num must be"),
     (  # one number per context would pin every body alike, where training draws each
         "in_distribution per element without env",

@@ -112,8 +112,15 @@ class ContextSpace(Mapping):
         raises ValueError naming the first difference. Physical limits are
         checked by `Binding.check_ranges`, which knows the fields.
         """
+        if not isinstance(batch_shape, tuple | list) or not all(
+            isinstance(n, int | np.integer) and not isinstance(n, bool) and n >= 0
+            for n in batch_shape
+        ):
+            raise ValueError(
+                f"batch_shape must be a tuple of sizes, () or (num_envs,), got {batch_shape!r}"
+            )
         self.check_meaning(ranges)
-        batch = tuple(batch_shape)
+        batch = tuple(int(n) for n in batch_shape)
         for name in self:
             old, new = self[name], ranges[name]
             if jax.tree.structure(new) != jax.tree.structure(old):
