@@ -96,3 +96,27 @@ def test_choice_matches_its_probabilities():
 
 def test_fixed_is_exactly_its_value():
     assert set(_draw(C.Fixed(4.0))) == {4.0}
+
+
+@pytest.mark.parametrize(
+    "dist",
+    [
+        C.Uniform(0.5, 2.0),
+        C.LogUniform(0.1, 10.0),
+        C.Normal(1.0, 0.5),
+        C.TruncatedNormal(1.0, 0.5, 0.2, 3.0),
+        C.Choice([0.5, 1.0, 3.0]),
+        C.Fixed(4.0),
+    ],
+    ids=["uniform", "loguniform", "normal", "truncated-normal", "choice", "fixed"],
+)
+def test_sampling_outside_jit_compiles_once(dist):
+    """Held-out sets and curricula draw outside jit, between segments: a distribution
+    that compiled at every draw would cost a compile per segment."""
+    from metarl.compilation import count_compilations
+
+    dist.sample(jax.random.key(0), (4,))
+    with count_compilations() as again:
+        for seed in (1, 2, 3):
+            dist.sample(jax.random.key(seed), (4,))
+    assert again.count == 0

@@ -23,6 +23,7 @@ values; JAX's own tree rebuilding (inside jit or vmap) skips it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, ClassVar
 
@@ -381,7 +382,8 @@ class TruncatedNormal(Distribution):
             jnp.asarray(getattr(self, f), jnp.float32) for f in ("mean", "std", "low", "high")
         )
         safe = jnp.maximum(std, 1e-30)
-        z = _truncated_standard_normal(key, (low - mean) / safe, (high - mean) / safe, shape)
+        # jitted: outside jit its Newton scan would otherwise compile at every call
+        z = _truncated_standard_normal(key, (low - mean) / safe, (high - mean) / safe, tuple(shape))
         value = jnp.where(std > 0, mean + std * z, mean)
         return jnp.clip(value, low, high)
 
@@ -551,6 +553,7 @@ def _log_ndtr_inverse(log_p: jax.Array, steps: int = 4) -> jax.Array:
     return jax.lax.scan(newton, start, None, length=steps)[0]
 
 
+@functools.partial(jax.jit, static_argnames="shape")
 def _truncated_standard_normal(key, a, b, shape) -> jax.Array:
     """Samples of N(0, 1) conditioned on [a, b] by inverse-CDF in log space.
 

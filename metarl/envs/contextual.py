@@ -577,8 +577,10 @@ def make_contextual(
         fresh states per env, refilled in bulk before its steps, which then hold no
         reset: `ContextualEnv.stock`; outside such a rollout it is the pool) or
         "auto" (where JAX's default backend is a CPU, the loop; else the stock).
-        All give identical
-        states on a CPU (on a GPU, MJX's agree to float rounding). A run records
+        All give the same
+        episodes and states to float rounding (each strategy's program is compiled
+        apart; a few agree bit for bit). A resume continues bit for bit only with the
+        strategy it was saved with. A run records
         the strategy in use (`reset_strategy`): to resume it on another kind of
         device, pass that strategy instead of "auto".
       **env_kwargs: for a Brax env name, passed to its constructor; for a

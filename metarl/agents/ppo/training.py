@@ -372,7 +372,7 @@ def restock_env_state(space: TrainSpace, env_state: EnvState) -> EnvState:
     its stock whole again (`TrainSpace.stock_depth` entries), every entry due: the next
     rollout's refill computes all of them, the resets those envs would take next, so that
     `run_train` continues exactly as from the state before thinning (bit for bit on
-    a CPU, where every reset strategy gives identical states). A state that is not
+    a CPU, with the reset strategy the state was made with). A state that is not
     thinned is returned as it is."""
     stock = env_state.env.info.get(POOL)
     depth = space.stock_depth
