@@ -380,6 +380,10 @@ def _like(x, restored):
     if restored is None:  # x has size 0, so it was not saved: x itself is the value
         return x
     if is_key(x):
+        if isinstance(x, jax.Array) and not x.committed:
+            # uncommitted as `x` was: eager ops on a committed key (a curriculum's
+            # draws between segments) would compile again for it
+            restored = np.asarray(restored)
         return jax.random.wrap_key_data(restored, impl=jax.random.key_impl(x))
     if isinstance(x, jax.Array | np.ndarray):
         return restored
