@@ -422,9 +422,15 @@ MULTI_DEVICE = textwrap.dedent(
     two = jax.jit(jax.shard_map(shard, mesh=space.mesh, in_specs=P(None, AXIS), out_specs=P()))(
         lp, olp, adv, v, r, ent)
     losses_match = all(abs(float(one[n]) - float(two[n])) < 1e-5 for n in one)
+    # Each device shuffles its envs into minibatches its own way, from one key.
+    from metarl.agents.ppo.learner import minibatch_order
+    orders = jax.jit(jax.shard_map(lambda key: minibatch_order(key, 64, 4)[None],
+                                   mesh=space.mesh, in_specs=P(), out_specs=P(AXIS)))(
+        jax.random.key(7))
     print(json.dumps({"devices": space.num_devices, "params_identical": same,
                       "obs_shards": [list(s.data.shape) for s in obs.addressable_shards],
-                      "returns": returns, "losses_match": losses_match}))
+                      "returns": returns, "losses_match": losses_match,
+                      "orders": np.asarray(orders).tolist()}))
     """
 )
 
@@ -452,6 +458,10 @@ def test_data_parallel_training_on_two_devices():
     assert report["params_identical"]
     assert report["obs_shards"] == [[64, 4], [64, 4]]
     assert report["losses_match"]
+    a, b = (np.asarray(o) for o in report["orders"])
+    for order in (a, b):  # each a shuffle of the device's 64 envs into 4 minibatches
+        assert order.shape == (4, 16) and sorted(order.ravel()) == list(range(64))
+    assert not np.array_equal(a, b)
     assert report["returns"][-1] > 5 * report["returns"][0], report["returns"]
 
 

@@ -183,10 +183,18 @@ def loss(agent, config, params, normalizer, data: Transition, advantages, return
     return total, terms
 
 
+def minibatch_order(key: jax.Array, n_local: int, num_minibatches: int) -> jax.Array:
+    """This device's envs shuffled into [num_minibatches, n_local / num_minibatches]
+    indices. Each device draws its own shuffle (the key folded with its index), so a
+    global minibatch is not the same local positions on every device."""
+    if _multi_device():
+        key = jax.random.fold_in(key, jax.lax.axis_index(AXIS))
+    return jax.random.permutation(key, n_local).reshape(num_minibatches, -1)
+
+
 def sgd(agent, config, optimizer, ts: TrainingState, normalizer, data, advantages, returns, key):
     """`num_updates_per_batch` epochs of minibatch updates, minibatches split by env."""
     n_local = advantages.shape[1]
-    size = n_local // config.num_minibatches
     grad_fn = jax.grad(lambda p, *a: loss(agent, config, p, normalizer, *a), has_aux=True)
 
     def minibatch(carry, idx):
@@ -205,7 +213,7 @@ def sgd(agent, config, optimizer, ts: TrainingState, normalizer, data, advantage
     def epoch(carry, _):
         params, opt_state, key = carry
         key, sub = jax.random.split(key)
-        order = jax.random.permutation(sub, n_local).reshape(config.num_minibatches, size)
+        order = minibatch_order(sub, n_local, config.num_minibatches)
         return jax.lax.scan(minibatch, (params, opt_state, key), order)
 
     (params, opt_state, _), terms = jax.lax.scan(
