@@ -43,7 +43,8 @@ def main(cfg: Config) -> None:
         }
     )
     env = make_contextual(cfg.env, space, episode_length=200)
-    keys = jax.random.split(jax.random.key(cfg.seed), cfg.num_envs)
+    k_reset, k_run = jax.random.split(jax.random.key(cfg.seed))
+    keys = jax.random.split(k_reset, cfg.num_envs)
     state = jax.jit(jax.vmap(env.reset))(keys)
 
     @jax.jit
@@ -56,7 +57,7 @@ def main(cfg: Config) -> None:
 
         return jax.lax.scan(body, state, jax.random.split(key, cfg.steps))
 
-    state, (done, returns, contexts) = rollout(state, jax.random.key(cfg.seed + 1))
+    state, (done, returns, contexts) = rollout(state, k_run)
     done, returns = np.asarray(done), np.asarray(returns)
     contexts = {k: np.asarray(v) for k, v in contexts.items()}
     print(f"{'env':>4} {'episode':>8} {'gravity':>8} {'mass scale per body':>24} {'return':>8}")

@@ -47,7 +47,8 @@ def check_env(
     # are pytrees of one structure, so passing them in compiles the reset once.
     reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
     step = jax.vmap(env.step)
-    keys = jax.random.split(jax.random.key(seed), num_envs)
+    k_reset, k_run = jax.random.split(jax.random.key(seed))  # seed+1's keys stay apart
+    keys = jax.random.split(k_reset, num_envs)
     state = reset(keys, env.space)
     _check_reset(env, state, num_envs)
 
@@ -75,7 +76,6 @@ def check_env(
         return jax.lax.scan(lambda s, k: body(s, k, moved), state, jax.random.split(key, max_steps))
 
     rollout = jax.jit(rollout)
-    k_run = jax.random.key(seed + 1)
     unmoved = _moved(env)
     final, (ctx, new_trial, done, obs, *_) = rollout(state, k_run, unmoved)
     _require(
