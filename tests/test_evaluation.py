@@ -399,6 +399,16 @@ def test_the_evaluator_runs_whole_trials_and_counts_every_episode_alike():
     np.testing.assert_allclose(result.mean, result.by_episode.mean(1), rtol=1e-5)
 
 
+def test_an_env_with_no_contexts_evaluates_its_one_empty_context():
+    """An env of an empty space (a plain baseline; the PPO benchmark's) evaluates the
+    context set of no names: one context, the env's own physics."""
+    env = make_contextual(Puck(), C.ContextSpace({}), episode_length=20)
+    result = E.Evaluator(env, episodes=2, max_contexts=1).evaluate(
+        _Push(), E.ContextSet("train", {}), jax.random.key(0)
+    )
+    assert result.returns.shape == (1, 2) and np.all(result.returns != 0)
+
+
 def test_a_context_set_gives_every_name_one_value_per_context():
     """A set that left out a name of the env's space ran it drawn from its training
     range (not held out), and values of unequal lengths were cut to the first's:

@@ -609,7 +609,7 @@ class Binding:
         and flags are this space's (`ContextSpace.check_meaning`), of any kind and
         shape: the evaluator's `Fixed` values for a space of `Uniform` ranges."""
         self.space.check_meaning(ranges)
-        if not batch_shape:
+        if not batch_shape or not self.entries:  # an empty space has no limits
             for e in self.entries:
                 _check_values(e, ranges[e.name])
             return ranges
