@@ -654,3 +654,14 @@ def test_strategy_agreement_reports_the_largest_difference_and_the_first_step():
     for strategies in (("loop",), ("loop", "sparse")):
         with pytest.raises(ValueError, match="two or more of auto, loop"):
             agree.main(agree.Config(strategies=strategies))
+
+
+def test_metarl_ppo_trains_and_evaluates_a_seed():
+    """ppo_throughput.py's metarl trainer end to end at a tiny size: its evaluation of
+    the env's own physics (a space of no names) once failed after training, so the
+    GPU stage that times it would have lost its call."""
+    bench = _load("ppo_throughput")
+    cfg = bench.Config(num_timesteps=4096, num_envs=32, num_minibatches=2, segments=2)
+    cfg = dataclasses.replace(cfg, episode_length=50, eval_episodes=2)
+    result = bench.metarl_ppo(cfg, "mlp")(0)
+    assert result["steps_per_sec"] > 0 and np.isfinite(result["return"]) and result["return"] > 0
