@@ -889,3 +889,40 @@ def test_a_resume_may_change_the_stocks_depth_but_not_the_rest_of_ppo(tmp_path):
     refusal = r"(?s)ppo\.unroll_length: run has 16, now 8.*cannot be forced"
     with pytest.raises(SystemExit, match=refusal):
         rundir.check_identity(tmp_path, {**config, "ppo.unroll_length": 8}, "force")
+
+
+@pytest.mark.parametrize("kind", ["truncated-normal target", "adr"])
+def test_a_second_run_and_its_resume_compile_nothing(kind, tmp_path):
+    """With the experiment compiled (and warmed by a first run), a run and its resume
+    compile nothing between segments either: the curriculum's draws, the held-out sets
+    and a restored state (once: a TruncatedNormal's draws outside jit compiled at every
+    draw, and a restored ADR key, committed to its device, compiled ADR's draws again)."""
+    from metarl.compilation import count_compilations
+
+    if kind == "adr":
+        target = TARGET
+        curriculum = curricula.ADR(
+            start=0.2, delta=0.1, low_threshold=2.0, high_threshold=8.0, buffer_size=1
+        )
+    else:
+        target = C.ContextSpace(
+            {"gravity": C.TruncatedNormal(9.8, 2.0, 5.0, 15.0), "mass": C.Scale(0.5, 2.0)}
+        )
+        curriculum = curricula.LinearWidening(start=0.2, segments=2)
+    exp = experiment.Experiment(
+        env=make_contextual("inverted_pendulum", target, episode_length=10),
+        target=target,
+        curriculum=curriculum,
+        ppo=ppo.PPOConfig(
+            num_envs=16, unroll_length=8, num_minibatches=2, policy_hidden=(16,), value_hidden=(16,)
+        ),
+        eval=experiment.EvalConfig(contexts=2, episodes=1, heatmap_points=2),
+    )
+    compiled = experiment.compile_experiment(exp)
+    kw = dict(steps_per_segment=512, seed=0, compiled=compiled, progress=False, table=False)
+    experiment.run(exp, logdir=tmp_path / "first", segments=3, **kw)
+    with count_compilations() as again:
+        experiment.run(exp, logdir=tmp_path / "second", segments=2, **kw)
+    with count_compilations() as resumed:
+        experiment.run(exp, logdir=tmp_path / "second", segments=3, **kw)
+    assert (again.count, resumed.count) == (0, 0)
