@@ -432,6 +432,14 @@ def test_check_env_steps_a_discrete_action_env_with_action_indices():
     assert report["trials_ended"] > 0 and report["contexts_reaching"] == 1
 
 
+def test_check_env_checks_an_env_of_no_contexts():
+    """A plain baseline (an empty space): the contract's other clauses still hold and
+    are checked; no context to reach the physics."""
+    env = make_contextual(Puck(), C.ContextSpace({}), episode_length=20)
+    report = check_env(env, num_envs=4, max_steps=50)
+    assert report["trials_ended"] > 0 and report["contexts_reaching"] == 0
+
+
 class _Silent(Puck):
     """Passes on the done it is given, as Brax's reacher, half_cheetah, swimmer and
     pusher do: their step never sets it."""

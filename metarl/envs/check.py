@@ -64,7 +64,7 @@ def check_env(
         else:
             action = jax.random.uniform(k, (num_envs, env.action_size), minval=-1.0, maxval=1.0)
         moved_context = _shadow(state.info[CONTEXT], moved)
-        derived = jax.vmap(env.binding.derive)(moved_context)
+        derived = jax.vmap(env.binding.derive, axis_size=num_envs)(moved_context)
         shadow = state.replace(info={**state.info, CONTEXT: moved_context, DERIVED: derived})
         both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), state, shadow)
         both = step(both, jnp.concatenate([action, action]))
