@@ -95,6 +95,9 @@ class CurriculumLike(Protocol):
     ranges: Callable[[Any], ContextSpace | PerEnv]
 
 
+_CURRICULUM_API = ("init", "update", "ranges")
+
+
 @dataclasses.dataclass(frozen=True)
 class RunArgs:
     """The command-line fields every experiment script shares (subclass it)."""
@@ -163,6 +166,30 @@ class Experiment:
     eval: EvalConfig = EvalConfig()
 
     def __post_init__(self):
+        for name, kind, made in (
+            ("env", ContextualEnv, "metarl.envs.make_contextual"),
+            ("target", ContextSpace, "metarl.contexts.ContextSpace"),
+            ("ppo", ppo.PPOConfig, "metarl.agents.ppo.PPOConfig"),
+            ("eval", EvalConfig, "metarl.experiment.EvalConfig"),
+        ):
+            if not isinstance(getattr(self, name), kind):
+                raise TypeError(
+                    f"Experiment.{name} must be a {kind.__name__} (from {made}), got "
+                    f"{type(getattr(self, name)).__name__}"
+                )
+        if not all(callable(getattr(self.curriculum, f, None)) for f in _CURRICULUM_API):
+            raise TypeError(
+                f"Experiment.curriculum must have {', '.join(_CURRICULUM_API)} (a curricula "
+                f"factory's result), got {type(self.curriculum).__name__}; for fixed ranges "
+                "(plain domain randomization over the target) use "
+                "curricula.LinearWidening(start=1.0, segments=1)"
+            )
+        if not len(self.target):
+            raise ValueError(
+                "Experiment.target names no context: an experiment trains over its target's "
+                "ranges and evaluates on contexts held out of them. For training on the "
+                "env's own physics alone use metarl.agents.ppo.train"
+            )
         # at once, not when a widening curriculum first reaches a bad end segments later
         try:
             self.env.binding.check_ranges(self.target)

@@ -542,6 +542,29 @@ ROWS = [
         ValueError,
         "the experiment's target: context 'gravity'",
     ),
+    (  # failed on a missing method once the first segment had compiled
+        "experiment without a curriculum",
+        lambda: experiment.Experiment(env(), G, None, ppo.PPOConfig(**SMALL)),
+        TypeError,
+        "use curricula.LinearWidening(start=1.0, segments=1)",
+    ),
+    (
+        "experiment of a PPO config given as a dict",
+        lambda: experiment.Experiment(env(), G, curricula.LinearWidening(1.0, 1), dict(SMALL)),
+        TypeError,
+        "Experiment.ppo must be a PPOConfig",
+    ),
+    (  # compiled every program, then failed on the heatmap of no names
+        "experiment of an empty target",
+        lambda: experiment.Experiment(
+            make_contextual(Puck(), C.ContextSpace({})),
+            C.ContextSpace({}),
+            curricula.LinearWidening(1.0, 1),
+            ppo.PPOConfig(**SMALL),
+        ),
+        ValueError,
+        "Experiment.target names no context",
+    ),
     (  # JAX clamps the index: "seed 5" was seed 1
         "select_seed past the end",
         lambda: ppo.select_seed({"w": np.zeros((2, 3))}, 5),
