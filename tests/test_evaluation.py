@@ -9,9 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import curricula
 from metarl import contexts as C
 from metarl import evaluation as E
 from metarl import tensorboard as L
+from metarl.agents import ppo
 from metarl.envs import TRIAL, make_contextual
 from metarl.envs.toy import Puck
 
@@ -88,8 +90,8 @@ def _heatmap_axes(
     exp = experiment.Experiment(
         env=make_contextual(env, target),
         target=target,
-        curriculum=None,
-        ppo=None,
+        curriculum=curricula.LinearWidening(1.0, 1),
+        ppo=ppo.PPOConfig(),
         eval=experiment.EvalConfig(heatmap_points=points, extrapolation_factor=1.5),
     )
     return experiment._heatmap_axes(exp)
@@ -377,7 +379,6 @@ def test_the_evaluator_runs_whole_trials_and_counts_every_episode_alike():
     A number of episodes that is not whole trials is refused, by the evaluator and
     so by an experiment's eval config; 6 counts both trials whole."""
     from metarl import experiment
-    from metarl.agents import ppo
 
     space = C.ContextSpace({"mass": C.Scale(0.9, 1.1)})
     env = make_contextual(Puck(), space, episode_length=20, episodes_per_trial=3)
@@ -387,7 +388,9 @@ def test_the_evaluator_runs_whole_trials_and_counts_every_episode_alike():
         ):
             E.Evaluator(env, episodes=episodes)
     config = ppo.PPOConfig(num_envs=8, num_minibatches=1, unroll_length=4)
-    exp = experiment.Experiment(env, space, None, config, experiment.EvalConfig(episodes=2))
+    exp = experiment.Experiment(
+        env, space, curricula.LinearWidening(1.0, 1), config, experiment.EvalConfig(episodes=2)
+    )
     with pytest.raises(ValueError, match=r"episodes=2 \(eval.episodes.*3, 6, 9"):
         experiment.compile_experiment(exp)
     contexts = E.ContextSet("train", {"mass": np.ones(1, np.float32)})
