@@ -64,6 +64,7 @@ from metarl.rundir import (
     check_identity,
     describe_run,
     exclusive,
+    run_logdirs,
     write_json,
 )
 from metarl.tensorboard import (
@@ -487,8 +488,9 @@ class Run:
                     "back to resume, or start a new run with another --logdir"
                 )
             # A fresh start: whatever an earlier attempt logged before its first
-            # checkpoint is stale (it would duplicate points), so it goes.
-            for d in self._logdirs():
+            # checkpoint is stale (it would duplicate points), so it goes, in the
+            # folders of any seed count (an attempt of another config leaves no run).
+            for d in run_logdirs(self.logdir):
                 for f in d.glob("events.out.tfevents.*"):
                     f.unlink()
             history.unlink(missing_ok=True)

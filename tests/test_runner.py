@@ -153,6 +153,23 @@ def test_a_restart_before_the_first_checkpoint_leaves_no_duplicate_points(exp, c
     assert [s for s, _ in read_scalars(logdir)["train/return"]] == [256, 512]
 
 
+def test_a_fresh_start_clears_an_earlier_attempts_logs_of_another_seed_count(
+    exp, compiled, tmp_path
+):
+    """An attempt of 2 seeds stopped before its first checkpoint left seed_0, seed_1 and
+    aggregate runs; a fresh 1-seed start in that logdir leaves none of them beside its own
+    (TensorBoard listed them as runs of this run)."""
+    logdir = tmp_path / "run"
+    _run(exp, compiled, logdir, 1)
+    shutil.rmtree(logdir / "checkpoints")  # as if killed during the first save
+    for d in ("seed_0", "seed_1", "aggregate"):  # and the attempt had 2 seeds
+        with SummaryWriter(str(logdir / d)) as w:
+            w.add_scalar("train/return", 1.0, 256)
+    _run(exp, compiled, logdir, 1)
+    assert not list(logdir.glob("*/events.out.tfevents.*"))
+    assert [s for s, _ in read_scalars(logdir)["train/return"]] == [256]
+
+
 def test_a_rerun_with_another_config_refuses_and_names_the_fields(exp, compiled, tmp_path):
     logdir = tmp_path / "run"
     _run(exp, compiled, logdir, 1)
