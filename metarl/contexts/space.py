@@ -581,18 +581,21 @@ class Binding:
         return int(sum(np.prod(e.draw_shape, dtype=int) for e in self.entries))
 
     def normalise(self, context: Context) -> jax.Array:
-        """The context as one flat vector, roughly in [-1, 1] over the bound space."""
+        """The context as one flat vector, roughly in [-1, 1] over the bound space (in
+        log space for a LogUniform entry)."""
         parts = []
         for e in self.entries:
-            offset, scale = _normaliser(self.space[e.name])
+            dist = self.space[e.name]
+            offset, scale = _normaliser(dist)
             c = context[e.name]
             if e.mixed_default:  # the env's own values: per element, or their mean if shared
                 own = e.default if e.per_element else np.float32(e.default.mean())
                 c = jnp.where(jnp.isnan(c), own, c)
                 # a space pinned to those values (NaN bounds) is a point at them
+                own = dist.visible(own)
                 offset = np.where(np.isnan(offset), own, offset)
                 scale = np.where(np.isnan(scale), np.maximum(np.abs(own), 1.0), scale)
-            v = (c - offset) / scale
+            v = (dist.visible(c) - offset) / scale
             parts.append(jnp.reshape(jnp.broadcast_to(v, e.draw_shape), (-1,)))
         if not parts:
             return jnp.zeros((0,), jnp.float32)
