@@ -771,3 +771,19 @@ def test_a_policy_of_a_multi_seed_state_names_select_seed():
     obs = jax.numpy.zeros((3, env().observation_size))
     action, _ = policy(obs, policy.init_carry(3))
     assert action.shape == (3, env().action_size)
+
+
+def test_a_policy_refuses_observations_of_another_env():
+    """A policy trained with the context visible, run on the env without it (or on one
+    env's unbatched vector), failed deep inside: a broadcasting TypeError, vmap's sizes."""
+    visible = make_contextual(Puck(), G, episode_length=20, visible_context=True)
+    space = ppo.make_train_space(visible, ppo.PPOConfig(**SMALL))
+    policy = ppo.make_policy(space, ppo.init_training_state(space, jax.random.key(0)))
+    size = visible.observation_size
+    policy(jax.numpy.zeros((3, size)), policy.init_carry(3))  # the env it was trained on
+    for obs in (jax.numpy.zeros((3, size - 1)), jax.numpy.zeros(size)):
+        with pytest.raises(ValueError, match=rf"per-env shape .* trained on \({size},\)"):
+            policy(obs, policy.init_carry(3))
+    with pytest.raises(ValueError, match="the same context space and visible_context"):
+        act = jax.jit(lambda policy, obs, carry: policy(obs, carry))
+        act(policy, {"state": jax.numpy.zeros((3, size))}, policy.init_carry(3))

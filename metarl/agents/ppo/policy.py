@@ -34,6 +34,7 @@ class Policy(struct.PyTreeNode):
         return self.agent.init_carry((batch,))
 
     def __call__(self, obs, carry: AgentCarry, key: jax.Array | None = None):
+        self._check_observation(obs)
         if key is None:
             if not self.deterministic:
                 raise ValueError("a stochastic policy needs a key: policy(obs, carry, key)")
@@ -51,6 +52,20 @@ class Policy(struct.PyTreeNode):
 
     def observe(self, carry: AgentCarry, action: jax.Array, state) -> AgentCarry:
         return self.agent.observe(carry, action, state)
+
+    def _check_observation(self, obs) -> None:
+        """Refuses a batch whose per-env observation is not the one trained on (an env
+        built with another context space or `visible_context`, or one env's unbatched
+        vector): it failed deep inside, with a broadcasting TypeError or vmap's sizes."""
+        per_env = lambda tree: jax.tree.map(lambda x: tuple(jnp.shape(x)), tree)  # noqa: E731
+        trained = per_env(self.normalizer.mean)
+        given = jax.tree.map(lambda x: tuple(jnp.shape(x))[1:], obs)
+        if jax.tree.structure(given) != jax.tree.structure(trained) or given != trained:
+            raise ValueError(
+                f"policy: observations of per-env shape {given} (after the batch axis); this "
+                f"policy was trained on {trained}. Pass a batch [envs, ...] of the env it was "
+                "trained on (the same context space and visible_context)"
+            )
 
 
 def make_policy(space, training_state, deterministic: bool = True) -> Policy:
