@@ -529,7 +529,20 @@ ROWS = [
             None, E.ContextSet("grid", {"gravity": np.array([9.8, -9.8], np.float32)}), None
         ),
         ValueError,
-        "context set 'grid': context 'gravity': Uniform can produce -9.8",
+        "context set 'grid': context 'gravity': Uniform can produce -9.8, but gravity values "
+        "(m/s^2) must be >= 0. Use values that keep it physical",
+    ),
+    (  # the advice was for a Normal: "Uniform, LogUniform or TruncatedNormal instead"
+        "a Normal mass",
+        lambda: make_contextual(Puck(), C.ContextSpace({"mass": C.Normal(1.0, 0.1)})),
+        ValueError,
+        "A Normal is unbounded: use Uniform, LogUniform or TruncatedNormal",
+    ),
+    (
+        "a Uniform mass from 0",
+        lambda: make_contextual(Puck(), C.ContextSpace({"mass": C.Scale(0.0, 2.0)})),
+        ValueError,
+        "must be > 0. Use bounds that keep it physical",
     ),
     (  # trained segments (checkpointed) until a widening curriculum reached the bad end
         "experiment target beyond a physical limit",

@@ -869,16 +869,21 @@ def _check_values(e: _Entry, dist: Distribution) -> None:
     lower, strict, units = _limit(e.target)
     if lower is None:
         return
-    low, _ = dist.support()
+    low, high = dist.support()
     worst = float(np.min(low))
     bad = worst <= lower if strict else worst < lower
     if bad:
         op = ">" if strict else ">="
         unit = "scale factors" if dist.relative else f"values ({units})"
+        if np.array_equal(low, high) or isinstance(dist, Choice):  # evaluated points too
+            fix = "Use values that keep it physical"
+        elif isinstance(dist, Normal):
+            fix = "A Normal is unbounded: use Uniform, LogUniform or TruncatedNormal"
+        else:
+            fix = "Use bounds that keep it physical"
         raise ValueError(
             f"context {e.name!r}: {type(dist).__name__} can produce {worst:g}, but {e.name} "
-            f"{unit} must be {op} {lower:g}. Use bounds that keep it physical "
-            "(Uniform, LogUniform or TruncatedNormal instead of Normal)"
+            f"{unit} must be {op} {lower:g}. {fix}"
         )
 
 
