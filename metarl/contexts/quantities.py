@@ -265,7 +265,8 @@ def setconst(default, sys, groups: tuple[str, ...], basis=None) -> dict[str, jnp
     and rotational dofs of a free joint and the dofs of a ball joint, and J M^-1 J' of
     each tendon. Against mj_setConst with masses, inertias, armatures and centres of
     mass changed: relative differences of 4e-7, 1e-7 and 1e-5 on hopper, ant and
-    humanoid (checked once, 2026-11-26), within 2e-5 on a chain with two tendons
+    humanoid (checked once, 2026-11-26; hopper with each body's mass x0.5-2, 16 draws:
+    2.7e-6 on 2026-11-29), within 2e-5 on a chain with two tendons
     (tests/test_contexts.py). M holds the tendons' armature, J' diag(armature) J, as
     MJX's dynamics do; a body that slide joints alone move (`body_simple` 2) gets
     MuJoCo's shortcut, [1 / mass, 0], and its dofs 1 / mass.
