@@ -183,6 +183,19 @@ def test_mjcf_env_takes_a_model_or_a_path(tmp_path):
             "reward must return one number (shape ()) for one env, got shape (3,)",
         ),
         ({"terminated": lambda d, t: d.qpos[:2] > 0}, "terminated must return one number"),
+        # accepted as a noise of 1.0, where n_frames=True was refused
+        ({"reset_noise": True}, "reset_noise must be a finite number >= 0, got True"),
+        # each failed at the first trace, not naming MjcfEnv or the function
+        ({"observe": lambda d: d.qpos}, "observe is called as observe(data, task); its"),
+        ({"reward": lambda d, a, n: 0.0}, "reward is called as reward(data, action, next_data"),
+        (
+            {"observe": lambda d, t: {"q": d.qpos}},
+            "observe must return a 1-D vector for one env, got a dict",
+        ),
+        (
+            {"reward": lambda d, a, n, t: None},
+            "reward must return one number (shape ()) for one env, got a NoneType",
+        ),
     ],
 )
 def test_mjcf_env_refuses_bad_settings_and_outputs_before_anything_runs(kwargs, message):

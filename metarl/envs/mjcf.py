@@ -23,6 +23,7 @@ control step is ``n_frames`` physics steps of the *current* timestep, so
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import numbers
 import os
@@ -82,6 +83,8 @@ class MjcfEnv:
         for name, fn in (("observe", observe), ("reward", reward), ("terminated", terminated)):
             if fn is not None and not callable(fn):
                 raise ValueError(f"MjcfEnv: {name} must be a function, got {type(fn).__name__}")
+            if fn is not None:
+                _check_arguments(name, fn)
         for name, fn in (("observe", observe), ("reward", reward)):
             overridden = getattr(type(self), name) is not getattr(MjcfEnv, name)
             if fn is None and not overridden:
@@ -89,7 +92,11 @@ class MjcfEnv:
         self._observe, self._reward, self._terminated = observe, reward, terminated
         if not isinstance(n_frames, numbers.Integral) or isinstance(n_frames, bool) or n_frames < 1:
             raise ValueError(f"n_frames must be an integer >= 1, got {n_frames!r}")
-        if not (isinstance(reset_noise, numbers.Real) and 0 <= reset_noise < math.inf):
+        if not (
+            isinstance(reset_noise, numbers.Real)
+            and not isinstance(reset_noise, bool)  # True read as 1.0: noise as wide as pi/3
+            and 0 <= reset_noise < math.inf
+        ):
             raise ValueError(f"reset_noise must be a finite number >= 0, got {reset_noise!r}")
         self.n_frames = int(n_frames)
         self.reset_noise = float(reset_noise)
@@ -152,11 +159,40 @@ class MjcfEnv:
         return state.replace(pipeline_state=data, obs=obs, reward=reward, done=done)
 
 
+# The arguments each function is called with (a signature that cannot take them failed
+# at the first trace with a TypeError naming a lambda, not which function)
+_ARGUMENTS = {
+    "observe": ("data", "task"),
+    "reward": ("data", "action", "next_data", "task"),
+    "terminated": ("data", "task"),
+}
+
+
+def _check_arguments(name: str, fn: Callable) -> None:
+    args = _ARGUMENTS[name]
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C function: nothing to check
+        return
+    try:
+        signature.bind(*args)
+    except TypeError as e:
+        raise ValueError(
+            f"MjcfEnv: {name} is called as {name}({', '.join(args)}); its signature "
+            f"{signature} cannot take that ({e})"
+        ) from None
+
+
 def _shaped(name: str, value: Any, what: str = "one number (shape ())", ndim: int = 0):
     """`value` as float32, refused (at trace time) unless it has `ndim` dimensions: a
     reward of shape (3,) made every env's return a vector, a 2-D observation reported
     its last axis as the observation size."""
-    value = jnp.asarray(value, jnp.float32)
+    try:
+        value = jnp.asarray(value, jnp.float32)
+    except (TypeError, ValueError):  # None, a dict: "None is not a valid value for jnp.array"
+        raise ValueError(
+            f"MjcfEnv: {name} must return {what} for one env, got a {type(value).__name__}"
+        ) from None
     if value.ndim != ndim:
         raise ValueError(
             f"MjcfEnv: {name} must return {what} for one env, got shape {value.shape} "
