@@ -597,3 +597,26 @@ def test_a_default_mass_context_is_the_loaded_playground_model_under_jit():
     model = jax.jit(binding.apply)(binding.default_context())
     for field in ("body_mass", "body_inertia", "body_invweight0", "dof_invweight0"):
         np.testing.assert_array_equal(getattr(model, field), getattr(source.model, field), field)
+
+
+def test_a_raw_fluid_path_is_refused_where_mjx_keeps_the_fluid_model_off():
+    """A raw 'opt.viscosity' on a model that loads none was written and never read: MJX
+    fixes has_fluid_params when it loads the model (a Playground cartpole's check_env:
+    "changes nothing a step simulates"). The canonical name switches it on."""
+    still = MjcfEnv(SLIDE_XML, observe=_observe, reward=_reward)
+    for field, canonical in (("opt.viscosity", "viscosity"), ("opt.density", "density")):
+        with pytest.raises(ValueError, match=f"vary the canonical '{canonical}', which switch"):
+            make_contextual(still, C.ContextSpace({field: C.Uniform(0.5, 3.0)}))
+        make_contextual(still, C.ContextSpace({canonical: C.Uniform(0.5, 3.0)}))
+    # a model that loads a viscosity simulates the raw path's values
+    fluid = make_contextual(
+        MjcfEnv(XML, observe=_observe, reward=_reward),
+        C.ContextSpace({"opt.viscosity": C.Uniform(0.5, 3.0)}),
+    )
+
+    def moved(viscosity):
+        sys = fluid.binding.apply({"opt.viscosity": jnp.float32(viscosity)})
+        data = mjx.make_data(sys).replace(qvel=jnp.ones(sys.nv))
+        return jax.jit(mjx.step)(sys, data).qvel
+
+    assert float(jnp.max(jnp.abs(moved(0.5) - moved(3.0)))) > 1e-3

@@ -708,6 +708,13 @@ def _resolve(
             "not change the simulation. Use a canonical name "
             f"({', '.join(CANONICAL_NAMES)}), which writes the fields each backend reads"
         )
+    if raw.field in _FLUID and not _fluid_on(sys):
+        raise ValueError(
+            f"raw path {name!r}: MJX simulates fluid forces only where the model loaded a "
+            "viscosity, density or wind (its has_fluid_params flag, fixed when loaded), so "
+            f"writing {raw.field} would change nothing; vary the canonical "
+            f"{_FLUID[raw.field]!r}, which switches the fluid model on"
+        )
     if raw.field == "geom_friction" and (problem := _unread_friction_columns(raw, sys, backend)):
         raise ValueError(f"raw path {name!r}: {problem}")
     if raw.field in _SPRING_SCALED:
@@ -720,6 +727,16 @@ def _resolve(
         if not hasattr(sys, raw.field.split(".")[0]):
             raise _unknown(name, str(e), task) from None
         raise
+
+
+_FLUID = {"opt.viscosity": "viscosity", "opt.density": "density"}
+
+
+def _fluid_on(sys: System) -> bool:
+    """Whether MJX's step reads the fluid parameters (Brax's own backends never do:
+    `reads` refuses the raw paths there)."""
+    impl = getattr(getattr(sys, "opt", None), "_impl", None)
+    return bool(getattr(impl, "has_fluid_params", True))
 
 
 def _unread_friction_columns(raw: paths.RawPath, sys: System, backend: str) -> str | None:
