@@ -181,7 +181,7 @@ class Distribution:
 
     def normaliser(self) -> tuple[np.ndarray, np.ndarray]:
         """(offset, scale) mapping draws to roughly [-1, 1]: (visible(x) - offset) / scale."""
-        low, high = self.support()
+        low, high = (self.visible(b) for b in self.support())
         return (low + high) / 2, np.maximum((high - low) / 2, 1e-6)
 
     def visible(self, x: Any) -> Any:
@@ -320,10 +320,6 @@ class LogUniform(Distribution):
         value: finite, far below any draw."""
         xp = jnp if isinstance(x, jax.Array) else np
         return xp.log(xp.maximum(x, _SMALLEST))
-
-    def normaliser(self):
-        low, high = (self.visible(b) for b in self.support())
-        return (low + high) / 2, np.maximum((high - low) / 2, 1e-6)
 
     def _rescaled(self, f, c):
         if np.any(c <= 0):

@@ -57,10 +57,9 @@ class Policy(struct.PyTreeNode):
         """Refuses a batch whose per-env observation is not the one trained on (an env
         built with another context space or `visible_context`, or one env's unbatched
         vector): it failed deep inside, with a broadcasting TypeError or vmap's sizes."""
-        per_env = lambda tree: jax.tree.map(lambda x: tuple(jnp.shape(x)), tree)  # noqa: E731
-        trained = per_env(self.normalizer.mean)
+        trained = jax.tree.map(lambda x: tuple(jnp.shape(x)), self.normalizer.mean)
         given = jax.tree.map(lambda x: tuple(jnp.shape(x))[1:], obs)
-        if jax.tree.structure(given) != jax.tree.structure(trained) or given != trained:
+        if given != trained:  # containers of shapes: another structure differs too
             raise ValueError(
                 f"policy: observations of per-env shape {given} (after the batch axis); this "
                 f"policy was trained on {trained}. Pass a batch [envs, ...] of the env it was "
