@@ -539,6 +539,43 @@ def test_check_env_refuses_contexts_that_move_only_derived_quantities():
         make_contextual(robot, C.ContextSpace({"mass[post]": C.Scale(0.5, 2.0)}))
 
 
+# A ball pushed along x at a height (HEIGHT) above a floor: at 0.5 it never touches
+# it, at 0.099 (radius 0.1) it slides on it.
+HOVER_XML = """
+<mujoco>
+  <option timestep="0.01"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 .1"/>
+    <body name="ball" pos="0 0 HEIGHT">
+      <joint name="x" type="slide" axis="1 0 0"/>
+      <geom name="ball" type="sphere" size=".1" mass="1"/>
+    </body>
+  </worldbody>
+  <actuator><motor joint="x" gear="5" ctrlrange="-1 1"/></actuator>
+</mujoco>"""
+
+
+@pytest.mark.parametrize("name", ["friction", "geom_friction[1, 0]"])
+def test_check_env_says_a_contact_context_was_never_exercised_where_nothing_touched(name):
+    """A friction reaches the physics only where a contact is active. A rollout that
+    never made contact (BallInCup's ball, which rarely reaches its cup, under other
+    contexts) was reported as a step that ignores the friction; it is now reported as
+    a context never exercised, and the same ball on the floor passes."""
+    space = C.ContextSpace({name: C.Scale(0.5, 2.0)})
+
+    def env(height):
+        ball = MjcfEnv(HOVER_XML.replace("HEIGHT", height), observe=_observe, reward=_reward)
+        return make_contextual(ball, space, episode_length=5)
+
+    with pytest.raises(
+        ContractError,
+        match=rf"'{re.escape(name)}' was never exercised: .* in "
+        r"none of the \d+ states stepped was a contact active",
+    ):
+        check_env(env("0.5"), num_envs=4, max_steps=12)
+    assert check_env(env("0.099"), num_envs=4, max_steps=12)["contexts_reaching"] == 1
+
+
 # A pendulum resting on its joint limit: how far it sinks past the limit is set by
 # the limit's regularisation, which MuJoCo derives from dof_invweight0 (mj_setConst).
 PENDULUM_XML = """<mujoco><option timestep="0.002"/><worldbody>

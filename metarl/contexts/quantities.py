@@ -75,6 +75,9 @@ class Quantity:
         friction, a model's <flag> can switch contacts or constraints off;
         varying such an element would be a silent no-op, so naming it is refused.
       dead_hint: why an element is not live, for that error.
+      through_contacts: it acts only through active contacts (a friction, a
+        restitution): `check_env` can see it reach the physics only in states where
+        some contact is active, and says so when none was.
       frozen: (sys, backend) -> {element index: why}, elements the simulation reads
         but that a context must not change, because the model holds constants
         derived from them that metarl does not recompute; choosing one (by name or
@@ -100,6 +103,7 @@ class Quantity:
     live: Callable[[System, str], np.ndarray] | None = None
     dead_hint: str = ""
     skip_dead: bool = False
+    through_contacts: bool = False
     frozen: Callable[[System, str], dict[int, str]] = lambda sys, backend: {}
 
 
@@ -933,6 +937,7 @@ QUANTITIES: dict[str, Quantity] = {
         "friction (a contact of an explicit <contact><pair> takes its friction from the pair: "
         "vary 'pair_friction' on mjx)",
         skip_dead=True,
+        through_contacts=True,
     ),
     "damping": Quantity(
         units="N m s/rad",
@@ -1076,6 +1081,7 @@ QUANTITIES: dict[str, Quantity] = {
         live=_pairs_read,
         dead_hint="it is frictionless (condim 1), or the model switches contacts off "
         '(<flag contact="disable"/> or constraint="disable"), so no contact reads its friction',
+        through_contacts=True,
     ),
     "elasticity": Quantity(
         units="restitution",
@@ -1088,5 +1094,6 @@ QUANTITIES: dict[str, Quantity] = {
         dead_hint=f"{_NO_CONTACT} and is in no explicit <contact><pair>, so no contact reads "
         "its restitution",
         skip_dead=True,
+        through_contacts=True,
     ),
 }

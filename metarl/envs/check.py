@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from metarl.contexts import Choice, Fixed
+from metarl.contexts.paths import RawPath
+from metarl.contexts.quantities import Quantity
 from metarl.contexts.space import TaskParam
 from metarl.envs.contextual import CONTEXT, DERIVED, TRIAL, ContextualEnv
 from metarl.trees import to_numpy
@@ -70,7 +72,8 @@ def check_env(
         both = step(both, jnp.concatenate([action, action]))
         nxt, after = (jax.tree.map(lambda x, h=h: x[h], both) for h in halves)
         out = (nxt.info[CONTEXT], nxt.info[TRIAL].new_trial, nxt.done, nxt.obs, nxt.reward)
-        return nxt, (*out, _dynamics(nxt.pipeline_state), _stepped(env, after))
+        touching = _in_contact(after.pipeline_state)
+        return nxt, (*out, _dynamics(nxt.pipeline_state), touching, _stepped(env, after))
 
     def rollout(state, key, moved):
         return jax.lax.scan(lambda s, k: body(s, k, moved), state, jax.random.split(key, max_steps))
@@ -171,9 +174,10 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
         return 0
     base = env.space.pinned({name: d[0] for name, d in draws.items()})
     task = {e.name for e in env.binding.entries if isinstance(e.target, TaskParam)}
+    contact = {e.name for e in env.binding.entries if _through_contacts(e.target)}
 
     def trajectory(outputs) -> list[np.ndarray]:
-        *_, obs, reward, dynamics, _ = outputs
+        *_, obs, reward, dynamics, _, _ = outputs
         obs = env._base(obs)  # noqa: SLF001 - the env's own observation, without the context
         return [np.asarray(x) for x in jax.tree.leaves((dynamics, obs, reward))]
 
@@ -182,6 +186,7 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
 
     reference = run(base, _moved(env))
     ended0, dynamics0, *rest0 = to_numpy(reference[-1])
+    touching = to_numpy(reference[-2])  # [T, B] or None (a backend that keeps no contacts)
     for name, d in draws.items():
         far = np.where(np.abs(d.min(0) - d[0]) >= np.abs(d.max(0) - d[0]), d.min(0), d.max(0))
         if np.array_equal(far, d[0]):  # a degenerate range: nothing to move
@@ -199,19 +204,54 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
             continue
         ended, dynamics, *rest = to_numpy(run(base, _moved(env, name, far))[-1])
         simulated = ~(ended | ended0)  # [T, B]: a step that ended returns a reset's physics
-        _require(
+        if (
             not np.array_equal(ended, ended0)
             or differ(
                 [x[simulated] for x in jax.tree.leaves(dynamics0)],
                 [x[simulated] for x in jax.tree.leaves(dynamics)],
             )
-            or differ(jax.tree.leaves(rest0), jax.tree.leaves(rest)),
+            or differ(jax.tree.leaves(rest0), jax.tree.leaves(rest))
+        ):
+            continue
+        seen = ""
+        if name in contact and touching is not None:  # were there contacts to act on?
+            touched = int(touching[simulated].sum())
+            _require(
+                touched > 0,
+                f"context {name!r} was never exercised: it acts only through contacts, and in "
+                f"none of the {int(simulated.sum())} states stepped was a contact active (in "
+                "a step's last physics substep); check it on a rollout that makes contact "
+                "(more max_steps or num_envs, or other ranges for the other contexts)",
+            )
+            seen = f" ({touched} of them with a contact active)"
+        raise ContractError(
             f"context {name!r} changes nothing a step simulates: {values}, one step from the "
-            f"same {ended.size} states with the same actions gave the same physics, "
+            f"same {ended.size} states{seen} with the same actions gave the same physics, "
             "observations, rewards and ends; the step ignores it (a System the env caches, "
-            "a field the backend does not read), whatever its reset does",
+            "a field the backend does not read), whatever its reset does"
         )
     return len(draws)
+
+
+# Raw paths to contact parameters: they act only where a contact is active.
+_CONTACT_FIELDS = ("geom_friction", "geom_sol", "geom_margin", "geom_gap", "pair_", "elasticity")
+
+
+def _through_contacts(target) -> bool:
+    """Whether a context's target acts only through active contacts."""
+    if isinstance(target, Quantity):
+        return target.through_contacts
+    return isinstance(target, RawPath) and target.field.startswith(_CONTACT_FIELDS)
+
+
+def _in_contact(pipeline_state) -> jax.Array | None:
+    """[B]: whether some contact is active (MuJoCo's dist < includemargin) in each
+    env's physics at the end of a step; None where the state keeps no contacts
+    (Brax's generalized, positional and spring pipelines)."""
+    contact = getattr(getattr(pipeline_state, "_impl", None), "contact", None)
+    if contact is None or not hasattr(contact, "dist"):
+        return None
+    return jnp.any(contact.dist - contact.includemargin < 0, axis=-1)
 
 
 def _dynamics(pipeline_state) -> tuple:
