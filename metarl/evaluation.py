@@ -452,17 +452,17 @@ class Evaluator:
         raw, cut = map(np.asarray, self._run(policy, ranges, key))  # [contexts * trials, k]
         per_context = raw.reshape(self.max_contexts, -1)[:c]  # [c, trials * k = episodes]
         per_trial = raw.reshape(self.max_contexts, self.trials, -1)[:c]
-        with warnings.catch_warnings():  # an episode slot no trial reached stays NaN
+        # an episode slot no trial reached stays NaN; a context with none is NaN, unwarned
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            by_episode = np.nanmean(per_trial, axis=1)
-        return EvalResult(
-            contexts=contexts,
-            returns=per_context,
-            mean=np.nanmean(per_context, axis=1),
-            std=np.nanstd(per_context, axis=1),
-            by_episode=by_episode,
-            nonfinite=cut.reshape(self.max_contexts, -1)[:c],
-        )
+            return EvalResult(
+                contexts=contexts,
+                returns=per_context,
+                mean=np.nanmean(per_context, axis=1),
+                std=np.nanstd(per_context, axis=1),
+                by_episode=np.nanmean(per_trial, axis=1),
+                nonfinite=cut.reshape(self.max_contexts, -1)[:c],
+            )
 
 
 def summarize(results: Mapping[str, EvalResult]) -> dict[str, float]:
@@ -473,7 +473,9 @@ def summarize(results: Mapping[str, EvalResult]) -> dict[str, float]:
     evaluated): how much return is lost on the harder side of the training
     ranges. ``interpolation_gap`` = train - interpolation (where those splits exist).
     """
-    out = {split: float(np.nanmean(r.mean)) for split, r in results.items()}
+    with warnings.catch_warnings():  # a split with no finished episode is NaN, unwarned
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out = {split: float(np.nanmean(r.mean)) for split, r in results.items()}
     sides = [out[k] for k in ("extrapolation_low", "extrapolation_high") if k in out]
     if not sides and "extrapolation" in out:
         sides = [out["extrapolation"]]
