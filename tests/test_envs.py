@@ -43,8 +43,20 @@ PENDULUM_SPACE = C.ContextSpace(
             C.ContextSpace({"elasticity": C.Uniform(0.0, 0.5), "gravity": C.Uniform(5.0, 12.0)}),
             {"episode_length": 20, "visible_context": "privileged"},
         ),
+        (  # spring keeps the masses in its state from the reset; its step reads them now
+            "walker2d",
+            "spring",
+            C.ContextSpace({"mass": C.Scale(0.5, 2.0)}),
+            {"episode_length": 50},
+        ),
     ],
-    ids=["pendulum-generalized", "pendulum-mjx", "hopper-generalized", "puck-spring"],
+    ids=[
+        "pendulum-generalized",
+        "pendulum-mjx",
+        "hopper-generalized",
+        "puck-spring",
+        "walker-spring",
+    ],
 )
 def test_contract(name, backend, space, kwargs):
     env = Puck(backend=backend) if name == "puck" else name

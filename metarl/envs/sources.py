@@ -132,6 +132,16 @@ class BraxSource:
         return self.env.reset(key_data)
 
     def step(self, state, action):
+        if self.backend in ("positional", "spring"):
+            # These pipelines keep each link's mass in their state from its init (the
+            # reset) and step with that copy: read it from the System this step runs,
+            # as every other field is (the same expression as their init). Else a mass
+            # reaches a spring walker2d only through its reset (spring_inertia_scale 1
+            # drops the inertia that mass scales), and a step from a state of another
+            # context would simulate that context's masses.
+            sys, ps = self.env.sys, state.pipeline_state
+            mass = sys.link.inertia.mass ** (1 - sys.spring_mass_scale)
+            state = state.replace(pipeline_state=ps.replace(mass=mass))
         return self.env.step(state, action)
 
 
