@@ -540,7 +540,7 @@ def test_check_env_refuses_contexts_that_move_only_derived_quantities():
 
 
 # A ball pushed along x at a height (HEIGHT) above a floor: at 0.5 it never touches
-# it, at 0.099 (radius 0.1) it slides on it.
+# it, at 0.099 (radius 0.1) it slides on it. A sled rests on the floor throughout.
 HOVER_XML = """
 <mujoco>
   <option timestep="0.01"/>
@@ -550,17 +550,22 @@ HOVER_XML = """
       <joint name="x" type="slide" axis="1 0 0"/>
       <geom name="ball" type="sphere" size=".1" mass="1"/>
     </body>
+    <body name="sled" pos="2 0 .099">
+      <joint name="sled_x" type="slide" axis="1 0 0"/>
+      <geom name="sled" type="box" size=".1 .1 .1" mass="1"/>
+    </body>
   </worldbody>
   <actuator><motor joint="x" gear="5" ctrlrange="-1 1"/></actuator>
 </mujoco>"""
 
 
-@pytest.mark.parametrize("name", ["friction", "geom_friction[1, 0]"])
+@pytest.mark.parametrize("name", ["friction[ball]", "geom_friction[1, 0]"])
 def test_check_env_says_a_contact_context_was_never_exercised_where_nothing_touched(name):
-    """A friction reaches the physics only where a contact is active. A rollout that
-    never made contact (BallInCup's ball, which rarely reaches its cup, under other
-    contexts) was reported as a step that ignores the friction; it is now reported as
-    a context never exercised, and the same ball on the floor passes."""
+    """A friction reaches the physics only where a contact of its geoms is active. A
+    rollout in which the ball never touched anything (BallInCup's ball, which rarely
+    reaches its cup, under other contexts) was reported as a step that ignores the
+    friction, though the sled's contact with the floor is active throughout; it is
+    now reported as a context never exercised, and the same ball on the floor passes."""
     space = C.ContextSpace({name: C.Scale(0.5, 2.0)})
 
     def env(height):
@@ -570,7 +575,7 @@ def test_check_env_says_a_contact_context_was_never_exercised_where_nothing_touc
     with pytest.raises(
         ContractError,
         match=rf"'{re.escape(name)}' was never exercised: .* in "
-        r"none of the \d+ states stepped was a contact active",
+        r"none of the \d+ states stepped was a contact of its geoms active",
     ):
         check_env(env("0.5"), num_envs=4, max_steps=12)
     assert check_env(env("0.099"), num_envs=4, max_steps=12)["contexts_reaching"] == 1

@@ -59,6 +59,7 @@ def check_env(
     # `moved` (`_shadow`; none moved outside `_check_contexts_reach_the_simulation`),
     # in the same vmapped call: one compiled step serves both.
     halves = (slice(0, num_envs), slice(num_envs, None))
+    ngeom = int(getattr(env.binding.sys, "ngeom", 0))
 
     def body(state, k, moved):
         if env.discrete_actions:  # an action index per env
@@ -72,7 +73,7 @@ def check_env(
         both = step(both, jnp.concatenate([action, action]))
         nxt, after = (jax.tree.map(lambda x, h=h: x[h], both) for h in halves)
         out = (nxt.info[CONTEXT], nxt.info[TRIAL].new_trial, nxt.done, nxt.obs, nxt.reward)
-        touching = _in_contact(after.pipeline_state)
+        touching = _touching(after.pipeline_state, ngeom)
         return nxt, (*out, _dynamics(nxt.pipeline_state), touching, _stepped(env, after))
 
     def rollout(state, key, moved):
@@ -174,7 +175,10 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
         return 0
     base = env.space.pinned({name: d[0] for name, d in draws.items()})
     task = {e.name for e in env.binding.entries if isinstance(e.target, TaskParam)}
-    contact = {e.name for e in env.binding.entries if _through_contacts(e.target)}
+    # the geoms through whose contacts each contact context acts
+    contact = {
+        e.name: g for e in env.binding.entries if (g := _geoms(e, env.binding.sys)) is not None
+    }
 
     def trajectory(outputs) -> list[np.ndarray]:
         *_, obs, reward, dynamics, _, _ = outputs
@@ -186,7 +190,7 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
 
     reference = run(base, _moved(env))
     ended0, dynamics0, *rest0 = to_numpy(reference[-1])
-    touching = to_numpy(reference[-2])  # [T, B] or None (a backend that keeps no contacts)
+    touching = to_numpy(reference[-2])  # [T, B, ngeom], None: a backend keeps no contacts
     for name, d in draws.items():
         far = np.where(np.abs(d.min(0) - d[0]) >= np.abs(d.max(0) - d[0]), d.min(0), d.max(0))
         if np.array_equal(far, d[0]):  # a degenerate range: nothing to move
@@ -215,15 +219,15 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
             continue
         seen = ""
         if name in contact and touching is not None:  # were there contacts to act on?
-            touched = int(touching[simulated].sum())
+            touched = int(touching[simulated][:, contact[name]].any(axis=-1).sum())
             _require(
                 touched > 0,
                 f"context {name!r} was never exercised: it acts only through contacts, and in "
-                f"none of the {int(simulated.sum())} states stepped was a contact active (in "
-                "a step's last physics substep); check it on a rollout that makes contact "
-                "(more max_steps or num_envs, or other ranges for the other contexts)",
+                f"none of the {int(simulated.sum())} states stepped was a contact of its geoms "
+                "active (in a step's last physics substep); check it on a rollout that makes "
+                "contact (more max_steps or num_envs, or other ranges for the other contexts)",
             )
-            seen = f" ({touched} of them with a contact active)"
+            seen = f" ({touched} of them with a contact of its geoms active)"
         raise ContractError(
             f"context {name!r} changes nothing a step simulates: {values}, one step from the "
             f"same {ended.size} states{seen} with the same actions gave the same physics, "
@@ -237,21 +241,40 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
 _CONTACT_FIELDS = ("geom_friction", "geom_sol", "geom_margin", "geom_gap", "pair_", "elasticity")
 
 
-def _through_contacts(target) -> bool:
-    """Whether a context's target acts only through active contacts."""
-    if isinstance(target, Quantity):
-        return target.through_contacts
-    return isinstance(target, RawPath) and target.field.startswith(_CONTACT_FIELDS)
+def _geoms(entry, sys) -> np.ndarray | None:
+    """The geoms whose contacts a context acting only through contacts (a friction,
+    a restitution) reaches the physics by; None for any other context."""
+    target = entry.target
+    if isinstance(target, Quantity) and target.through_contacts:
+        elements, chosen = target.elements, entry.select
+    elif isinstance(target, RawPath) and target.field.startswith(_CONTACT_FIELDS):
+        elements = "pairs" if target.field.startswith("pair_") else "geoms"
+        chosen = target.index[0] if target.index else None
+    else:
+        return None
+    count = np.asarray(sys.pair_geom1).shape[0] if elements == "pairs" else int(sys.ngeom)
+    chosen = np.arange(count)[slice(None) if chosen is None else chosen]
+    if elements == "pairs":  # a pair's contact is one of its two geoms'
+        chosen = np.concatenate(
+            [np.asarray(sys.pair_geom1)[chosen], np.asarray(sys.pair_geom2)[chosen]]
+        )
+    return np.unique(np.ravel(chosen))
 
 
-def _in_contact(pipeline_state) -> jax.Array | None:
-    """[B]: whether some contact is active (MuJoCo's dist < includemargin) in each
-    env's physics at the end of a step; None where the state keeps no contacts
-    (Brax's generalized, positional and spring pipelines)."""
+def _touching(pipeline_state, ngeom: int) -> jax.Array | None:
+    """[B, ngeom]: whether some active contact (MuJoCo's dist < includemargin) holds
+    each geom in each env's physics at the end of a step; None where the state keeps
+    no contacts (Brax's generalized, positional and spring pipelines)."""
     contact = getattr(getattr(pipeline_state, "_impl", None), "contact", None)
     if contact is None or not hasattr(contact, "dist"):
         return None
-    return jnp.any(contact.dist - contact.includemargin < 0, axis=-1)
+    active = contact.dist - contact.includemargin < 0  # [B, ncon]
+
+    def per_geom(active, geom):  # one env: [ncon], [ncon, 2] -> [ngeom]
+        hit = jnp.zeros(ngeom, bool)
+        return hit.at[geom[:, 0]].max(active).at[geom[:, 1]].max(active)
+
+    return jax.vmap(per_geom)(active, contact.geom)
 
 
 def _dynamics(pipeline_state) -> tuple:
