@@ -1,6 +1,11 @@
 """ContextualEnv: the contract on several envs and backends, trials, truncation,
 visible contexts, range replacement without recompiling, non-finite states."""
 
+import importlib.util
+import json
+import pathlib
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -498,3 +503,20 @@ def _ends(env, steps: int) -> np.ndarray:
         return jax.lax.scan(body, state, None, steps)[1]
 
     return np.asarray(run(jax.random.key(0)))
+
+
+def test_the_sources_sweep_reports_refusals_and_the_contract_per_env(tmp_path):
+    """scripts/check_sources.py: each context bound alone (refusals kept with their
+    reason), then check_env on every accepted one at once."""
+    spec = importlib.util.spec_from_file_location(
+        "check_sources", pathlib.Path(__file__).parents[1] / "scripts/check_sources.py"
+    )
+    script = sys.modules["check_sources"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "sweep.json"
+    args = script.Args(envs=["walker2d:spring"], episode_length=50, max_steps=120, out=out)
+    assert script.main(args) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["failure"] is None and row["report"]["contexts_reaching"] == len(row["accepted"])
+    assert {"mass", "gravity", "friction"} <= set(row["accepted"])
+    assert "ignore per-joint damping" in row["refused"]["damping"]
