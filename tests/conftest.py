@@ -97,16 +97,21 @@ def with_xla_defaults(module: str, call: str, drop: tuple[str, ...] = FAST_COMPI
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
+def load_script(path: Path, name: str):
+    """The script at `path` imported as module `name`."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_benchmark(name: str):
     """A script of benchmarks/, imported as a module (their shared `_cli` with them,
     as running a script puts its folder on the path)."""
     if str(BENCHMARKS) not in sys.path:
         sys.path.append(str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCHMARKS / f"{name}.py", f"benchmarks_{name}")
 
 
 PROFILE = os.environ.get("METARL_TEST_PROFILE")

@@ -1,16 +1,15 @@
 """ContextualEnv: the contract on several envs and backends, trials, truncation,
 visible contexts, range replacement without recompiling, non-finite states."""
 
-import importlib.util
 import json
 import pathlib
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from brax.envs.base import State
+from conftest import load_script
 
 from metarl import contexts as C
 from metarl.compilation import count_compilations
@@ -508,11 +507,9 @@ def _ends(env, steps: int) -> np.ndarray:
 def test_the_sources_sweep_reports_refusals_and_the_contract_per_env(tmp_path):
     """scripts/check_sources.py: each context bound alone (refusals kept with their
     reason), then check_env on every accepted one at once."""
-    spec = importlib.util.spec_from_file_location(
-        "check_sources", pathlib.Path(__file__).parents[1] / "scripts/check_sources.py"
+    script = load_script(
+        pathlib.Path(__file__).parents[1] / "scripts/check_sources.py", "check_sources"
     )
-    script = sys.modules["check_sources"] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     out = tmp_path / "sweep.json"
     args = script.Args(envs=["walker2d:spring"], episode_length=50, max_steps=120, out=out)
     assert script.main(args) == 0

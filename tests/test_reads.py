@@ -7,14 +7,13 @@ each quantity is then pinned away from its default in turn and the trajectory
 compared with the default one.
 """
 
-import importlib.util
 import pathlib
-import sys
 
 import jax
 import numpy as np
 import pytest
 from brax import envs as brax_envs
+from conftest import load_script
 
 from metarl import contexts as C
 from metarl.contexts import paths, reads
@@ -161,11 +160,7 @@ def test_old_hand_written_refusals_still_hold():
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("system_reads", ROOT / "scripts/system_reads.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["system_reads"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts/system_reads.py", "system_reads")
 
 
 def test_checked_in_table_matches_a_fresh_measurement():
