@@ -822,12 +822,34 @@ def _segments(r: Run, stack, flag, segments, steps_per_segment, hparams, resume,
             )
             print(f"\nInterrupted during segment {k + 1}: {kept}.", file=sys.stderr)
             raise SystemExit(130) from None
+        except ppo.TrainingDivergedError as e:
+            raise _diverged(r, k, e) from None
         if progress:
             tqdm.write(_line(_cells(r.rows[-1], r.num_seeds)))
         _stop_if_signalled(flag, f"after segment {k + 1}, which is saved")
     if r.rows:
         r.report(loggers)
     _stop_if_signalled(flag, "at the end of the run, which is saved")
+
+
+def _diverged(r: Run, k: int, e: ppo.TrainingDivergedError) -> ppo.TrainingDivergedError:
+    """`e` in the run's words: which segment and seeds, what was kept, what to do."""
+    done = checkpoint.latest_step(r.logdir / CHECKPOINTS)
+    seeds = ", ".join(str(r.seed + i) for i in e.seeds)
+    kept = (
+        f"Its checkpoint after segment {done} and history are kept, with nothing of "
+        f"segment {k + 1}. A rerun of this config resumes to the same numbers and "
+        "diverges again: change it, in a new log directory (a run's PPO config cannot "
+        "change on resume)"
+        if done is not None
+        else "Nothing was saved: rerun with a changed config (this log directory may be reused)"
+    )
+    return ppo.TrainingDivergedError(
+        f"{r.logdir}: segment {k + 1} diverged (seed {seeds}): {e}. {kept}.",
+        e.training_state,
+        e.env_state,
+        e.seeds,
+    )
 
 
 def _stop_if_signalled(flag: dict, when: str) -> None:

@@ -4,6 +4,7 @@ discrete actions and data parallelism."""
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -183,6 +184,52 @@ def test_precompile_leaves_nothing_to_compile(pendulum):
         ts, es, metrics = ppo.run_train(space, ts, es, 100, context=[GRAVITY, per_env])
     assert compiles.count == 0
     assert all(m["compile_seconds"] == 0 and m["episodes"] > 0 for m in metrics)
+
+
+def _poisoned(ts, seed=None):
+    """`ts` with one policy parameter NaN (of seed index `seed` of a seed axis)."""
+    leaves, tree = jax.tree.flatten(ts.params["policy"])
+    index = () if seed is None else (seed,)
+    index += (0,) * (leaves[0].ndim - len(index))
+    leaves[0] = leaves[0].at[index].set(jnp.nan)
+    return ts.replace(params={**ts.params, "policy": jax.tree.unflatten(tree, leaves)})
+
+
+def test_a_diverged_update_stops_training_at_the_chunk_it_happened_in(pendulum):
+    """NaN or inf in the learner's state (here one policy weight, as an overflowed
+    update leaves it) spreads to every parameter; `run_train` stops after the chunk
+    that found it, says where it is and what to change, and hands back the states
+    reached. A run that went on would train, evaluate and checkpoint garbage."""
+    _, space, ts, es, _, _ = pendulum
+    ts, es = jax.tree.map(jnp.copy, (ts, es))  # run_train consumes (donates) its inputs
+    before = space.env_steps(ts)
+    batch = space.config.batch_size
+    with pytest.raises(ppo.TrainingDivergedError) as caught:
+        ppo.run_train(space, _poisoned(ts), es, 4 * batch, chunks=4)
+    e = caught.value
+    assert space.env_steps(e.training_state) == before + batch  # 1 of 4 chunks ran
+    assert e.seeds == [0]
+    params = jax.tree.leaves(e.training_state.params)
+    assert all(not np.isfinite(np.asarray(x)).all() for x in params)  # it spread
+    message = str(e)
+    assert f"after env steps 0-{batch:,} of this call" in message
+    assert re.search(r"params: \d+ of \d+ arrays \(\['policy'\]", message), message
+    assert "learning_rate (now 0.001)" in message and "max_grad_norm (now 1.0)" in message
+
+
+def test_a_diverged_seed_is_named_by_its_index():
+    env = make_contextual("inverted_pendulum", GRAVITY, episode_length=100)
+    space = ppo.make_train_space(env, replace(PENDULUM, num_envs=32, num_minibatches=2), 3)
+    keys = ppo.split_keys(ppo.seed_keys(0, 3), 2)
+    ts = ppo.init_training_state(space, keys[0])
+    es = ppo.init_env_state(space, keys[1])
+    with pytest.raises(ppo.TrainingDivergedError, match=r"of seed index \[1\]") as caught:
+        ppo.run_train(space, _poisoned(ts, seed=1), es, 100)
+    assert caught.value.seeds == [1]
+    params = caught.value.training_state.params
+    for k, sound in enumerate([True, False, True]):  # the other seeds trained on
+        leaves = jax.tree.leaves(ppo.select_seed(params, k))
+        assert all(np.isfinite(np.asarray(x)).all() for x in leaves) == sound
 
 
 @pytest.mark.parametrize("strategy", ["loop", "pool"])  # "auto" on a CPU, on a GPU

@@ -627,6 +627,49 @@ def test_the_history_holds_the_checkpointed_segments_only(exp, compiled, tmp_pat
     assert (logdir / rundir.RUN_FILE).read_text() == record  # a refused resume writes nothing
 
 
+def test_a_config_whose_updates_blow_up_stops_before_saving_anything(exp, tmp_path):
+    """A learning rate that overflows the first update: the run stops in its first
+    segment, names it, and leaves nothing that a rerun would resume."""
+    blown = replace(exp, ppo=replace(CONFIG, learning_rate=1e37, max_grad_norm=None))
+    logdir = tmp_path / "run"
+    with pytest.raises(ppo.TrainingDivergedError) as caught:
+        _run(blown, None, logdir, 2)
+    message = str(caught.value)
+    assert f"{logdir}: segment 1 diverged (seed 0)" in message
+    assert "learning_rate (now 1e+37)" in message and "Nothing was saved" in message
+    assert checkpoint.latest_step(logdir / rundir.CHECKPOINTS) is None
+    assert not (logdir / rundir.HISTORY).exists()
+
+
+def test_a_diverged_segment_keeps_the_checkpoints_before_it(exp, compiled, tmp_path):
+    """Segment 2 starts from a state holding a NaN (written into segment 1's
+    checkpoint, as an update that overflowed at its end would leave it): the run
+    stops in segment 2 and saves nothing of it, so segment 1 survives (with
+    keep=2, two more saved segments of garbage would have deleted it)."""
+    logdir = tmp_path / "run"
+    _run(exp, compiled, logdir, 1)
+    ckpt = logdir / rundir.CHECKPOINTS
+    r = experiment.Run(exp, logdir, 0, 1, compiled)
+    r.setup(None, "auto", STEPS, 2)
+    state = checkpoint.restore(ckpt, like=r._state(0))
+    ts = state["training"]
+    value = ts.params["value"]
+    leaves, tree = jax.tree.flatten(value)
+    leaves[-1] = leaves[-1].at[(0,) * leaves[-1].ndim].set(np.inf)
+    state["training"] = ts.replace(params={**ts.params, "value": jax.tree.unflatten(tree, leaves)})
+    shutil.rmtree(ckpt / "1")
+    checkpoint.save(ckpt, 1, state, keep=2)
+    history = (logdir / rundir.HISTORY).read_text()
+    with pytest.raises(ppo.TrainingDivergedError) as caught:
+        _run(exp, compiled, logdir, 4)
+    message = str(caught.value)
+    assert "segment 2 diverged (seed 0)" in message
+    assert re.search(r"params: \d+ of \d+ arrays", message), message
+    assert "checkpoint after segment 1 and history are kept" in message
+    assert checkpoint.all_steps(ckpt) == [1]
+    assert (logdir / rundir.HISTORY).read_text() == history
+
+
 def test_source_hash_follows_the_code_only(tmp_path):
     code = tmp_path / "metarl"
     shutil.copytree(ROOT / "metarl", code, ignore=shutil.ignore_patterns("__pycache__"))

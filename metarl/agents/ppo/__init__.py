@@ -22,6 +22,7 @@ from metarl.agents.ppo.learner import TrainingState
 from metarl.agents.ppo.policy import Policy, make_policy
 from metarl.agents.ppo.rollout import EnvState, Transition
 from metarl.agents.ppo.training import (
+    TrainingDivergedError,
     TrainSpace,
     init_env_state,
     init_training_state,
@@ -42,6 +43,7 @@ __all__ = [
     "PPOConfig",
     "Policy",
     "TrainSpace",
+    "TrainingDivergedError",
     "TrainingState",
     "Transition",
     "init_env_state",

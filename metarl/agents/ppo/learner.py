@@ -45,7 +45,8 @@ class IterationStats(struct.PyTreeNode):
     `totals` and `losses` are summed over devices too; `per_env` stays sharded.
     """
 
-    totals: dict  # episodes, return_sum, length_sum, nonfinite_episodes: scalars
+    totals: dict  # episodes, return_sum, length_sum, nonfinite_episodes: scalars; the
+    # loop adds nonfinite_learner (NaN/inf values in its final TrainingState, see `nonfinite`)
     losses: dict  # the PPO terms of `losses.ppo_losses`, means over minibatches
     per_env: dict  # env_return_sum, env_episodes: [num_envs], episodes whose trial drew
     # its context from the current ranges (an episode begun before set_ranges is not)
@@ -282,9 +283,21 @@ def iteration(env, agent, config, optimizer, ts: TrainingState, es: EnvState):
     return ts, es, stats
 
 
+def nonfinite(ts: TrainingState) -> jax.Array:
+    """How many NaN or inf values the learner's state holds (params, optimizer
+    state, observation statistics): int32[], 0 while training is sound."""
+    floats = [
+        x
+        for x in jax.tree.leaves((ts.params, ts.opt_state, ts.normalizer))
+        if jnp.issubdtype(x.dtype, jnp.inexact)
+    ]
+    return sum((~jnp.isfinite(x)).sum(dtype=jnp.int32) for x in floats)
+
+
 def iterate_fn(env, agent, config, optimizer):
     """(ts, es, n) -> n iterations and their summed `IterationStats`
-    (totals and losses summed over devices)."""
+    (totals and losses summed over devices; totals also hold nonfinite_learner,
+    `nonfinite` of the state after the n iterations, for `run_train` to stop on)."""
 
     # Jitted once: the shapes of its stats and the loop's body come from one trace
     # (JAX reuses it for the same argument types), not two of the whole env step.
@@ -300,9 +313,8 @@ def iterate_fn(env, agent, config, optimizer):
             return ts, es, jax.tree.map(jnp.add, acc, stats)
 
         ts, es, acc = jax.lax.fori_loop(0, n, body, (ts, es, init))
-        acc = acc.replace(
-            totals=jax.lax.psum(acc.totals, AXIS), losses=jax.lax.psum(acc.losses, AXIS)
-        )
+        totals = {**acc.totals, "nonfinite_learner": nonfinite(ts)}
+        acc = acc.replace(totals=jax.lax.psum(totals, AXIS), losses=jax.lax.psum(acc.losses, AXIS))
         return ts, es, acc
 
     return run

@@ -502,9 +502,16 @@ def run_train(
                 training_state, env_state, jnp.int32(size)
             )
             sums = acc if sums is None else jax.tree.map(jnp.add, sums, acc)
-            done += size
+            start_step, done = done, done + size
+            bad = np.asarray(parallel.fetch(acc.totals["nonfinite_learner"]))
+            if np.any(bad):
+                raise TrainingDivergedError(
+                    _diverged(space, training_state, bad, start_step * batch, done * batch),
+                    training_state,
+                    env_state,
+                    seeds=[int(k) for k in np.flatnonzero(bad.reshape(-1))],
+                )
             if progress is not None:
-                jax.block_until_ready(acc)
                 progress(done * batch, total * batch)
         sums = parallel.fetch(sums)  # per_env spans every host's devices
     timing = (time.perf_counter() - start, compiles.seconds)  # (wall, compiling)
@@ -521,6 +528,51 @@ def run_train(
         for k in range(space.num_seeds)
     ]
     return training_state, env_state, per_seed
+
+
+class TrainingDivergedError(FloatingPointError):
+    """`run_train` found NaN or inf in the learner's state (parameters, optimizer
+    state or observation statistics) after a chunk of iterations: the PPO update
+    blew up, and every later iteration would train on garbage. The message names
+    the values; `training_state` and `env_state` hold the states reached (the
+    compiled loop consumed the ones passed in), `seeds` the diverged indices of
+    a seed axis ([0] without one)."""
+
+    def __init__(self, message: str, training_state, env_state, seeds: list[int]):
+        super().__init__(message)
+        self.training_state, self.env_state, self.seeds = training_state, env_state, seeds
+
+
+def _diverged(space: TrainSpace, ts: TrainingState, bad: np.ndarray, first, last) -> str:
+    """`TrainingDivergedError`'s message: where the NaN/inf values are (of the first
+    diverged seed), when, and the settings that let an update blew up."""
+    seeds = np.flatnonzero(bad.reshape(-1))
+    parts = {"params": ts.params, "opt_state": ts.opt_state, "normalizer": ts.normalizer}
+    if space.num_seeds is not None:
+        parts = {name: select_seed(part, int(seeds[0])) for name, part in parts.items()}
+    found = []
+    for name, part in parts.items():
+        leaves = jax.tree_util.tree_flatten_with_path(parallel.fetch(part))[0]
+        floats = [(p, x) for p, x in leaves if np.issubdtype(np.asarray(x).dtype, np.inexact)]
+        bad_leaves = [
+            f"{jax.tree_util.keystr(p)} {int((~np.isfinite(x)).sum())} of {np.size(x)}"
+            for p, x in floats
+            if not np.isfinite(x).all()
+        ]
+        if bad_leaves:
+            shown = ", ".join(bad_leaves[:3]) + (", ..." if len(bad_leaves) > 3 else "")
+            found.append(f"{name}: {len(bad_leaves)} of {len(floats)} arrays ({shown})")
+    c = space.config
+    which = "" if space.num_seeds is None else f" of seed index {seeds.tolist()} (the first shown)"
+    return (
+        f"run_train: training diverged: the learner's state{which} holds NaN or inf values "
+        f"after env steps {first:,}-{last:,} of this call; "
+        + "; ".join(found)
+        + f". A PPO update blew up: lower learning_rate (now {c.learning_rate:g}), clip "
+        f"gradients with max_grad_norm (now {c.max_grad_norm}) or shrink the rewards with "
+        f"reward_scaling (now {c.reward_scaling:g}). Every later iteration would train on "
+        "these values, so none runs"
+    )
 
 
 def _check_run(space: TrainSpace, ts, es, num_steps) -> None:
