@@ -181,10 +181,11 @@ def scaled(target: ContextSpace, fraction: float, defaults: Mapping | None) -> C
 def inside(target: ContextSpace, space: ContextSpace) -> ContextSpace:
     """`space` kept inside the target's training intervals (`ContextSpace.intervals`:
     the support of a bounded range, mean +- 2 std of a Normal, and of a
-    TruncatedNormal within its bounds). A range grown about a default that lies
-    outside the target (mass x 1.5-3, whose default x1 is below it) then starts at
-    the target's nearest edge and widens into it, never training outside the target
-    nor in the held-out extrapolation sets just beyond it. Bounds (``low``, ``high``)
+    TruncatedNormal within its bounds). `ContextSpace.scaled` grows a range about
+    its nearest point to a default outside it (mass x 1.5-3, whose default x1 is
+    below it: about x1.5); this keeps every segment inside the target's intervals,
+    never training outside the target nor in the held-out extrapolation sets just
+    beyond it. Bounds (``low``, ``high``)
     are clipped into the interval, keeping low <= high; a Normal, which has none,
     keeps its own mean +- 2 std inside it (its mean clipped, its std at most a
     quarter of the interval): clipping the mean alone left half its draws outside.

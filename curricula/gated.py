@@ -48,7 +48,7 @@ def PerformanceGated(  # noqa: N802
     """Widens the fraction by `step` (capped at 1) when ``results[metric]`` reaches a threshold.
 
     ``ranges(state) = target.scaled(fraction, around=defaults)`` clipped into the
-    target (a default outside it: the nearest edge), exactly the target once the
+    target (a default outside it: about its nearest edge), exactly the target once the
     fraction is 1. A NaN metric (no episode completed) holds.
 
     Args:

@@ -36,7 +36,7 @@ def LinearWidening(start: float, segments: int) -> Curriculum:  # noqa: N802
 
     ``ranges(state) = target.scaled(fraction, around=defaults)`` (each range's own
     centre if `init` got no defaults) clipped into the target (a default outside
-    it: the nearest edge), exactly the target once the fraction is 1.
+    it: about its nearest edge), exactly the target once the fraction is 1.
     `update` ignores its results.
 
     Args:

@@ -550,6 +550,44 @@ def test_scaled_shrinks_about_the_centre_or_the_default():
     assert jax.tree.structure(narrow) == jax.tree.structure(space)
 
 
+def test_scaled_about_a_default_outside_a_range_narrows_inside_it():
+    """About a default beyond a range, a range shrinks toward the range's nearest point,
+    so f <= 1 gives ranges inside the space. Hopper's friction: the mean of its floor
+    and foot defaults (1, 2) is 1.5, above Uniform(0.6, 1.0); the narrowed range was
+    Uniform(1.32, 1.4), where every draw lay beyond the space, nearer an
+    extrapolation set than the space itself."""
+    space = C.ContextSpace(
+        {
+            "friction": C.Uniform(0.6, 1.0),
+            "mass": C.Scale(1.5, 3.0),  # relative: about x1, below it
+            "damping": C.LogUniform(0.5, 2.0),
+            "gravity": C.Normal(5.0, 0.5),  # its interval: 4-6
+            "armature": C.Uniform([0.1, 0.2], [0.3, 0.4], per_element=True),
+        }
+    )
+    defaults = {
+        "friction": np.array([1.0, 2.0], np.float32).view(C.EnvDefaults),
+        "mass": 1.0,
+        "damping": 0.0,  # below a LogUniform: in log space, nowhere
+        "gravity": 9.81,
+        "armature": np.array([0.0, 0.25], np.float32),
+    }
+    narrow = space.scaled(0.2, around=defaults)
+    np.testing.assert_allclose([narrow["friction"].low, narrow["friction"].high], [0.92, 1.0])
+    np.testing.assert_allclose([narrow["mass"].low, narrow["mass"].high], [1.5, 1.8])
+    np.testing.assert_allclose(narrow["damping"].low, 0.5)
+    np.testing.assert_allclose(narrow["damping"].high, 0.5 * 4**0.2, rtol=1e-6)
+    np.testing.assert_allclose(float(narrow["gravity"].mean), 6 - 0.2, rtol=1e-6)
+    np.testing.assert_allclose(narrow["armature"].low, [0.1, 0.24], rtol=1e-6)
+    np.testing.assert_allclose(narrow["armature"].high, [0.14, 0.28], rtol=1e-6)
+    for f in (0.0, 0.2, 0.7, 1.0):
+        ranges = space.scaled(f, around=defaults).intervals()
+        for name, (low, high) in space.intervals().items():
+            assert np.all(ranges[name][0] >= low - 1e-6), (f, name)
+            assert np.all(ranges[name][1] <= high + 1e-6), (f, name)
+    assert space.scaled(1.0, around=defaults) == space
+
+
 def test_intervals_are_finite():
     space = C.ContextSpace({"g": C.Normal(9.8, 1.0), "m": C.Uniform(1, 2), "c": C.Choice([1, 3])})
     iv = space.intervals()

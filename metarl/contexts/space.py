@@ -34,7 +34,7 @@ from flax import struct
 
 from metarl.contexts import names as element_names
 from metarl.contexts import paths, reads
-from metarl.contexts.distributions import Choice, Distribution, Fixed, LogUniform, Normal
+from metarl.contexts.distributions import Choice, Distribution, Fixed, Normal
 from metarl.contexts.quantities import (
     LINEAR_INPUTS,
     NOT_LINEAR,
@@ -168,19 +168,23 @@ class ContextSpace(Mapping):
         (usually ``env.default_context()``) scales about the environment's
         defaults: relative distributions about 1, absolute ones about the
         given default (for a shared one whose elements' defaults differ, about
-        their mean). An absolute `LogUniform` is scaled in log space, where a
-        default at or below 0 has no place: it lies below the range, which is
-        then scaled about its low edge (the nearest point to that default).
+        their mean). A default outside the distribution's interval (`intervals`)
+        is replaced by the interval's nearest point, so f <= 1 always gives
+        ranges inside this space: hopper's friction Uniform(0.6, 1.0), whose
+        defaults' mean is 1.5, scaled by 0.2 is Uniform(0.92, 1.0), not
+        Uniform(1.32, 1.4), where every draw would lie beyond the space. An
+        absolute `LogUniform` is scaled in log space.
         """
         if around is not None:
             self.check_defaults(around, "scaled(around=...)")
+            intervals = self.intervals()
         out = {}
         for name, dist in self._dists.items():
             centre = None
             if around is not None:
                 centre = 1.0 if dist.relative else _fitting_centre(name, dist, around)
-                if isinstance(dist, LogUniform):
-                    centre = np.where(centre > 0, centre, np.asarray(dist.low, np.float32))
+                low, high = (np.asarray(x, np.float32) for x in intervals[name])
+                centre = np.clip(np.asarray(centre, np.float32), low, high)
             out[name] = dist.scaled(f, centre)
         return ContextSpace(out)
 
