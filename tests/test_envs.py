@@ -299,7 +299,7 @@ def test_set_ranges_marks_the_running_trials_of_changed_envs_until_their_next_tr
     rows = C.ContextSpace(
         {"gravity": C.Uniform(np.array([5.0, 30, 5, 5]), np.array([15.0, 31, 15, 15]))}
     )
-    state = jax.jit(env.set_ranges)(state, rows)  # per-env rows, as PPO passes them
+    state = jax.jit(env.set_ranges)(state, C.PerEnv(rows))  # per-env rows, as PPO passes them
     step = jax.jit(jax.vmap(env.step))
     flags = [np.asarray(state.info[TRIAL].current_ranges)]
     for _ in range(6):  # two episodes of 3 steps: one trial
@@ -318,15 +318,17 @@ def test_set_ranges_takes_per_env_rows_in_and_out_of_jit_and_checks_them():
         {"gravity": C.Uniform(np.array([5.0, 30, 5, 5]), np.array([15.0, 31, 15, 15]))}
     )
     for call in (env.set_ranges, jax.jit(env.set_ranges)):
-        for given in (rows, C.PerEnv(rows)):
-            flags = call(state, given).info[TRIAL].current_ranges
-            np.testing.assert_array_equal(flags, [1, 0, 1, 1])
+        flags = call(state, C.PerEnv(rows)).info[TRIAL].current_ranges
+        np.testing.assert_array_equal(flags, [1, 0, 1, 1])
+        # rows not marked as such are refused, not guessed from their shapes (as
+        # run_train refuses them), and the error says how to mark them
+        with pytest.raises(ValueError, match=r"one row per env .*PerEnv\(ranges\)"):
+            call(state, rows)
     # the numbers of per-env rows are checked like shared ones
     bad = jax.tree.map(np.array, rows)  # a copy, rebuilt without the constructor's checks
     bad["gravity"].low[2], bad["gravity"].high[2] = 9.0, 8.0
-    for given in (bad, C.PerEnv(bad)):
-        with pytest.raises(ValueError, match="low <= high"):
-            env.set_ranges(state, given)
+    with pytest.raises(ValueError, match="low <= high"):
+        env.set_ranges(state, C.PerEnv(bad))
     # rows of another length are refused in and out of jit, naming the shapes
     three = C.PerEnv(jax.tree.map(lambda x: x[:3], rows))
     for call in (env.set_ranges, jax.jit(env.set_ranges)):

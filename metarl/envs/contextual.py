@@ -105,6 +105,15 @@ def _strong(tree):
     return jax.tree.map(lambda x: jax.lax.convert_element_type(x, jnp.result_type(x)), tree)
 
 
+def _fits(space: ContextSpace, ranges: Any, rows: tuple[int, ...]) -> bool:
+    """Whether `ranges` would fit `space` as rows of batch shape `rows`."""
+    try:
+        space.check_compatible(ranges, rows)
+    except ValueError:
+        return False
+    return True
+
+
 def _finite(tree) -> jax.Array:
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
@@ -340,9 +349,11 @@ class ContextualEnv(Env):
         """Replaces the ranges new contexts are drawn from, for every env in `state`.
 
         `ranges`: shared by every env, or one row per env of a batched `state`
-        (`PerEnv`, or a space whose parameters have the state's batch shape in
-        front). Shapes are checked in and out of jit, numbers where they are
-        concrete; no recompilation when a jitted function receives the result.
+        (`PerEnv`: every parameter with the state's batch shape in front; nothing
+        is guessed from shapes). Shapes are checked in and out of jit, numbers
+        (NaN or infinite bounds, low > high, physical limits) only where they are
+        concrete, outside jit: ranges computed inside jit are the caller's to
+        keep valid. No recompilation when a jitted function receives the result.
         A trial already running keeps its context: an env whose ranges changed
         has ``TrialInfo.current_ranges`` 0 until its next trial starts.
         """
@@ -352,17 +363,16 @@ class ContextualEnv(Env):
             ranges, rows = ranges.ranges, batch
             self.space.check_compatible(ranges, rows)
         else:
+            rows = ()
             try:
-                rows = ()
                 self.space.check_compatible(ranges)
             except ValueError as shared:
-                if not batch:
-                    raise
-                try:  # one row per env
-                    rows = batch
-                    self.space.check_compatible(ranges, rows)
-                except ValueError:
-                    raise shared from None
+                if batch and _fits(self.space, ranges, batch):
+                    raise ValueError(
+                        f"{shared}; these ranges have one row per env (batch shape "
+                        f"{batch}): pass them as metarl.contexts.PerEnv(ranges)"
+                    ) from None
+                raise
         if all(not isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(ranges)):
             ranges = self.binding.check_ranges(ranges, rows)
         new = jax.tree.map(

@@ -224,7 +224,9 @@ def make_train_space(
             key=jax.random.split(keys[0], config.num_envs),
         )
 
-    set_ranges = lambda es, ranges: es.replace(env=env.set_ranges(es.env, ranges))  # noqa: E731
+    def set_ranges(es, ranges):  # [num_envs] rows (`_ranges_arg`)
+        return es.replace(env=env.set_ranges(es.env, PerEnv(ranges)))
+
     iterate = iterate_fn(env, agent, config, optimizer)
     envs = _env_spec(num_seeds)
     if num_seeds is not None:  # the seed axis leads; devices split the env axis after it
