@@ -36,7 +36,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from metarl.trees import ADDRESS, is_key
+from metarl.trees import ADDRESS, check_alive, is_key
 
 __all__ = ["CheckpointError", "all_steps", "damaged_steps", "latest_step", "restore", "save"]
 
@@ -162,6 +162,7 @@ def save(directory, step: int, state, *, keep: int = 3) -> pathlib.Path:
     _check_step(step)
     if not isinstance(keep, int | np.integer) or isinstance(keep, bool) or keep < 1:
         raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
+    check_alive(state, "the state", "checkpoint.save")
     steps = all_steps(directory)
     if step in steps:
         raise ValueError(f"checkpoint step {step} already exists in {directory}; not overwritten")

@@ -22,6 +22,18 @@ def to_numpy(tree: Any) -> Any:
     )
 
 
+def check_alive(tree: Any, what: str, who: str) -> None:
+    """Raises ValueError if any array of `tree` was deleted: donated to (consumed by)
+    a jitted call such as `run_train`, whose returned states replace it. JAX's own
+    error ("Array has been deleted") names neither the call nor the fix."""
+    if any(isinstance(x, jax.Array) and x.is_deleted() for x in jax.tree.leaves(tree)):
+        raise ValueError(
+            f"{who}: {what} was consumed by an earlier call that donates its inputs (such as "
+            "ppo.run_train, whose inputs are reused for its outputs): use the states that "
+            "call returned (copy one first with jax.tree.map(jnp.copy, state) to keep it)"
+        )
+
+
 # A memory address in a repr ("<function f at 0x7f...>"): different in every process.
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # NumPy's default print options, except that every float is printed exactly (the

@@ -154,6 +154,25 @@ def test_run_train_rejects_ranges_of_another_shape(pendulum):
         ppo.run_train(space, ts, es, 10, context=C.ContextSpace({"mass": C.Scale(0.5, 1.0)}))
 
 
+def test_states_a_run_train_consumed_are_refused_naming_the_fix(pendulum, tmp_path):
+    """run_train donates its inputs: reusing one raised JAX's "Array has been
+    deleted", which names neither the call nor the fix."""
+    _, space, ts, es, _, _ = pendulum
+    ts, es = jax.tree.map(jnp.copy, (ts, es))
+    new_ts, new_es, _ = ppo.run_train(space, ts, es, 10)
+    consumed = r"(training_state|env_state|the state) was consumed by an earlier call"
+    for call in (
+        lambda: ppo.run_train(space, ts, new_es, 10),
+        lambda: ppo.run_train(space, new_ts, es, 10),
+        lambda: ppo.make_policy(space, ts),
+        lambda: checkpoint.save(tmp_path / "ckpt", 1, {"training": ts}, keep=1),
+    ):
+        with pytest.raises(ValueError, match=consumed):
+            call()
+    assert checkpoint.latest_step(tmp_path / "ckpt") is None
+    ppo.run_train(space, new_ts, new_es, 10)  # the returned states work
+
+
 def test_train_reuses_a_space_for_another_seed(pendulum):
     env, space, *_ = pendulum
     _, ts0, _ = ppo.train(env, PENDULUM, 4096, segments=1, space=space)  # warms the key ops

@@ -11,6 +11,7 @@ from flax import struct
 
 from metarl.agents.agent import Agent, AgentCarry
 from metarl.agents.ppo.training import fits
+from metarl.trees import check_alive
 
 
 class Policy(struct.PyTreeNode):
@@ -78,6 +79,7 @@ def make_policy(space, training_state, deterministic: bool = True) -> Policy:
             f"make_policy: training_state holds {len(training_state.iterations)} seeds (the "
             "space's seed axis); build one seed's policy from ppo.select_seed(training_state, k)"
         )
+    check_alive(training_state, "training_state", "make_policy")
     if not fits(space, training_state, seeds=0 if space.num_seeds is None else 1):
         raise ValueError(
             "make_policy: training_state does not match this train space (another agent or "

@@ -29,6 +29,7 @@ from metarl.compilation import count_compilations
 from metarl.contexts import ContextSpace, PerEnv
 from metarl.envs import POOL, TRIAL, ContextualEnv, ResetStock
 from metarl.parallel import AXIS, data_mesh
+from metarl.trees import check_alive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -592,6 +593,8 @@ def _check_run(space: TrainSpace, ts, es, num_steps) -> None:
         raise TypeError(
             f"run_train: env_state must be an EnvState (init_env_state), got {type(es).__name__}"
         )
+    check_alive(ts, "training_state", "run_train")
+    check_alive(es, "env_state", "run_train")
     seeds = () if space.num_seeds is None else (space.num_seeds,)
     if es.key.shape != seeds + (space.config.num_envs,):
         raise ValueError(
