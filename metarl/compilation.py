@@ -40,6 +40,9 @@ class CompileCount:
             reach = max(reach, end)
         return total
 
+    def __repr__(self) -> str:  # the spans are raw clock readings: their union reads better
+        return f"CompileCount(count={self.count}, seconds={self.seconds:.2f})"
+
 
 @contextlib.contextmanager
 def count_compilations() -> Iterator[CompileCount]:

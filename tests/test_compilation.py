@@ -2,6 +2,7 @@
 from the persistent compilation cache (tests/conftest.py switches it on)."""
 
 import os
+import re
 import uuid
 
 import jax
@@ -45,3 +46,12 @@ def test_a_cache_load_counts_as_a_compilation():
     finally:
         jax.monitoring.unregister_event_listener(listener)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", old_min)
+
+
+def test_a_count_prints_its_count_and_seconds():
+    """Its spans are raw clock readings; printed, they hid the two numbers a user reads."""
+    with count_compilations() as compiles:
+        jax.jit(lambda x: x * 3 + 1)(jnp.ones(5))
+    expected = rf"CompileCount\(count={compiles.count}, seconds=\d+\.\d\d\)"
+    assert re.fullmatch(expected, repr(compiles)), repr(compiles)
+    assert compiles.count >= 1
