@@ -196,6 +196,7 @@ class Experiment:
             self.env.binding.check_ranges(self.target)
         except ValueError as e:
             raise ValueError(f"the experiment's target: {e}") from None
+        _heatmap_axes(self)  # eval.heatmap's names, at once (not after training)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -657,7 +658,7 @@ class Run:
 
     def _row(self, segment: int, step: int, metrics: list, results: list) -> dict[str, Any]:
         summaries = [E.summarize(r["held"]) for r in results]
-        row = {"segment": segment, "env_steps": step}
+        row = {"segment": segment, "env_steps": step, "seeds": self.seeds}
         row["train_return"] = self._per_seed([m["episode_return"] for m in metrics])
         for split in (*SPLITS, "generalization_gap", "interpolation_gap"):
             if split in summaries[0]:
@@ -683,7 +684,7 @@ class Run:
             values = {
                 k: v[i] if isinstance(v, list) else v
                 for k, v in final.items()
-                if k not in ("episodes", "nonfinite_episodes")
+                if k not in ("episodes", "nonfinite_episodes", "seeds")
             }
             for j, v in enumerate(final.get("episodes", []), 1):
                 values[f"episode_{j}"] = v[i] if isinstance(v, list) else v
@@ -878,6 +879,10 @@ def run_variants(
     """Runs each experiment under ``<logdir>/<name>`` (same budget, seeds and held-out
     sets), sharing compiled pieces between variants of the same env and settings,
     and prints one comparison line per variant."""
+    if not isinstance(variants, Mapping) or not variants:
+        raise ValueError(
+            f"run_variants takes a non-empty dict of name -> Experiment, got {variants!r}"
+        )
     for name, exp in variants.items():  # before any variant trains: a refused
         check_segment_length(exp, steps_per_segment)  # variant leaves the others as they were
         _check_seed(exp, seed, num_seeds)
@@ -1012,8 +1017,9 @@ def print_comparison(
     results: dict[str, list[dict]], logdir: str | os.PathLike, apart: Sequence[str] = ()
 ) -> None:
     """One line per variant: its last segment's returns on every split; with
-    several seeds, then each variant's difference from the first one, except for
-    the variants in `apart`, whose held-out sets are not the first one's."""
+    several seeds, then each variant's difference from the first one, paired by
+    seed, except for the variants in `apart`, whose held-out sets are not the
+    first one's, and those whose rows record other seeds than the first one's."""
     cols = list(_columns(1))[2:]
     print("\n" + _line(["variant", *[_columns(1)[c] for c in cols]]))
     for name, rows in results.items():
@@ -1024,6 +1030,21 @@ def print_comparison(
             f"\nNot compared with {base}: {', '.join(apart)}: their held-out sets are not "
             f"{base}'s (another target, env or eval settings), so a seed's scores are not "
             "on the same contexts"
+        )
+    seeds = {name: rows[-1].get("seeds") for name, rows in results.items()}
+    other = [n for n in results if n not in apart and None not in (seeds[n], seeds[base])]
+    if other := [n for n in other if seeds[n] != seeds[base]]:
+        print(
+            f"\nNot compared with {base} (seeds {seeds[base]}): "
+            + ", ".join(f"{n} (seeds {seeds[n]})" for n in other)
+            + ": a difference pairs seed i of one variant with seed i of the other; run "
+            "them with the same seeds (run_variants does)"
+        )
+    apart = [*apart, *other]
+    if len(results) > 1 and not isinstance(results[base][-1].get("train_return"), list):
+        print(
+            "\nNo differences between variants: one seed each gives no interval (run 2 or "
+            "more seeds: num_seeds, --num-seeds on the command line)"
         )
     if (diffs := _comparison(results, apart)) is not None:
         print(

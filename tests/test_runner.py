@@ -892,7 +892,34 @@ def test_a_comparison_of_variants_prints_paired_differences_from_the_first(tmp_p
     assert same.split()[1:] == ["+0", "[0,", "0]"] * 2
     one_seed = {k: [{**r[0], "train_return": 1.0, "train": 1.0}] for k, r in results.items()}
     experiment.print_comparison(one_seed, tmp_path)
-    assert "Difference from" not in capsys.readouterr().out  # one seed: no interval
+    out = capsys.readouterr().out
+    assert "Difference from" not in out  # one seed: no interval, and it says so
+    assert "No differences between variants: one seed each gives no interval" in out
+
+
+def test_variants_of_other_seeds_are_not_paired(tmp_path, capsys):
+    """Rows record their seeds: runs of seeds 0-4 and 10-14 printed as "paired by seed"
+    differences whose pairing meant nothing (a Welch interval of -9 [-18, 0] showed as
+    -9 [-14, -3])."""
+    scores = [1.0, 2.0, 4.0, 3.0, 5.0]
+    row = lambda seeds: [  # noqa: E731
+        {"segment": 1, "env_steps": 8, "seeds": seeds, "train_return": scores, "train": scores}
+    ]
+    results = {"a": row([0, 1, 2, 3, 4]), "b": row([0, 1, 2, 3, 4]), "c": row([10, 11, 12, 13, 14])}
+    experiment.print_comparison(results, tmp_path)
+    out = capsys.readouterr().out
+    assert "Not compared with a (seeds [0, 1, 2, 3, 4]): c (seeds [10, 11, 12, 13, 14])" in out
+    diff_lines = [x.strip() for x in out.split("Difference from a")[1].splitlines()]
+    assert any(x.startswith("b ") for x in diff_lines)
+    assert not any(x.startswith("c ") for x in diff_lines)
+
+
+def test_a_heatmap_of_a_name_outside_the_target_is_refused_when_the_experiment_is_built(exp):
+    """In a comparison, it was refused only once the variants before it had trained."""
+    with pytest.raises(ValueError, match=r"eval.heatmap: \['gravty'\] not in the target"):
+        replace(exp, eval=experiment.EvalConfig(heatmap=("gravty",)))
+    with pytest.raises(ValueError, match="non-empty dict of name -> Experiment"):
+        experiment.run_variants({}, logdir=".", segments=1, steps_per_segment=STEPS, seed=0)
 
 
 def test_variants_whose_held_out_sets_differ_are_not_paired(exp, tmp_path, capsys):
