@@ -805,7 +805,7 @@ def _segments(r: Run, stack, flag, segments, steps_per_segment, hparams, resume,
     r.resume()
     purge = r.space.env_steps(r.ts) + 1 if r.start else None
     if progress:
-        print(_line(_columns(r.num_seeds).values()))
+        print(_line(_columns(r.num_seeds).values(), r.num_seeds))
     names, units = list(r.exp.target), context_units(r.exp.target)
     loggers = [
         stack.enter_context(RunLogger(d, names, purge_step=purge, units=units))
@@ -826,7 +826,7 @@ def _segments(r: Run, stack, flag, segments, steps_per_segment, hparams, resume,
         except ppo.TrainingDivergedError as e:
             raise _diverged(r, k, e) from None
         if progress:
-            tqdm.write(_line(_cells(r.rows[-1], r.num_seeds)))
+            tqdm.write(_line(_cells(r.rows[-1], r.num_seeds), r.num_seeds))
         _stop_if_signalled(flag, f"after segment {k + 1}, which is saved")
     if r.rows:
         r.report(loggers)
@@ -976,8 +976,9 @@ def _cells(row: dict, num_seeds: int) -> list[str]:
     return [_cell(row.get(c, float("nan"))) for c in _columns(num_seeds)]
 
 
-def _line(values) -> str:
-    width = 15
+def _line(values, num_seeds: int = 1) -> str:
+    # an IQM cell over seeds is as wide as "1234 [no CI: 3 seeds]" or "-123 [-456, 789]"
+    width = 15 if num_seeds == 1 else 21
     return " ".join(f"{v!s:>{width}}" for v in values)
 
 
@@ -986,9 +987,9 @@ def print_table(rows: list[dict], logdir: str | os.PathLike) -> None:
     num_seeds = (
         len(rows[0]["train_return"]) if rows and isinstance(rows[0]["train_return"], list) else 1
     )
-    print("\n" + _line(_columns(num_seeds).values()))
+    print("\n" + _line(_columns(num_seeds).values(), num_seeds))
     for row in rows:
-        print(_line(_cells(row, num_seeds)))
+        print(_line(_cells(row, num_seeds), num_seeds))
     if "episodes" in rows[-1]:
         curve = "  ".join(f"{i}: {_cell(v)}" for i, v in enumerate(rows[-1]["episodes"], 1))
         print(f"\nAdaptation curve (eval train, return of episode i of a trial): {curve}")
@@ -1021,9 +1022,11 @@ def print_comparison(
     seed, except for the variants in `apart`, whose held-out sets are not the
     first one's, and those whose rows record other seeds than the first one's."""
     cols = list(_columns(1))[2:]
-    print("\n" + _line(["variant", *[_columns(1)[c] for c in cols]]))
+    first = next(iter(results.values()))[-1].get("train_return")
+    num_seeds = len(first) if isinstance(first, list) else 1
+    print("\n" + _line(["variant", *[_columns(1)[c] for c in cols]], num_seeds))
     for name, rows in results.items():
-        print(_line([name, *(_cell(rows[-1].get(c, float("nan"))) for c in cols)]))
+        print(_line([name, *(_cell(rows[-1].get(c, float("nan"))) for c in cols)], num_seeds))
     base = next(iter(results))
     if apart:
         print(
@@ -1054,9 +1057,9 @@ def print_comparison(
             "without 0 is a difference):"
         )
         shown = [c for c in cols if c in next(iter(diffs.values()))]
-        print(_line(["variant", *[_columns(1)[c] for c in shown]]))
+        print(_line(["variant", *[_columns(1)[c] for c in shown]], num_seeds))
         for name, cells in diffs.items():
-            print(_line([name, *(stats.format_difference(cells[c]) for c in shown)]))
+            print(_line([name, *(stats.format_difference(cells[c]) for c in shown)], num_seeds))
     for name, rows in results.items():
         if "episodes" in rows[-1]:
             curve = "  ".join(f"{i}: {_cell(v)}" for i, v in enumerate(rows[-1]["episodes"], 1))
