@@ -1017,12 +1017,12 @@ def test_a_second_run_and_its_resume_compile_nothing(kind, tmp_path):
 
 def test_a_table_over_seeds_keeps_its_columns_aligned(capsys):
     """A cell such as "1234 [no CI: 3 seeds]" overflowed the 15-character columns."""
-    scores = [1234.0, 2.0, 3.0]
+    scores = [1234.0, 1235.0, 1236.0]
     row = {"segment": 1, "env_steps": 8, "train_return": scores, "train": scores}
     experiment.print_table([row], "logs")
     lines = capsys.readouterr().out.splitlines()
     header, cells = lines[1], lines[2]
-    assert "1234 [no CI: 3 seeds]" in cells
+    assert "1235 [no CI: 3 seeds]" in cells
     assert len(header) == len(cells)
     ends = lambda line: [m.end() for m in re.finditer(r"\S+(?= {2,}|$)", line)]  # noqa: E731
     assert ends(header) == ends(cells), (header, cells)
