@@ -208,6 +208,12 @@ def restore(directory, like, step: int | None = None):
     directory = pathlib.Path(directory).absolute()
     if step is not None:
         _check_step(step)
+    if any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree_util.tree_leaves(like)):
+        raise ValueError(
+            "checkpoint.restore: `like` holds jax.ShapeDtypeStructs (from jax.eval_shape); "
+            "it takes concrete arrays, such as a freshly initialised state, whose shardings "
+            "the restored arrays take"
+        )
     _one_process(jax.tree_util.tree_leaves(like), "restore")
     steps = all_steps(directory)
     if not steps or (step is not None and step not in steps):

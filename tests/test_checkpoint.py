@@ -219,6 +219,10 @@ def test_errors_are_clear(tmp_path):
     for like in bad_likes:
         with pytest.raises(ValueError, match="does not match"):
             ckpt.restore(tmp_path, like)
+    # shapes alone (jax.eval_shape) raised "unexpected PRNG key type" from orbax
+    shapes = jax.eval_shape(lambda: {"x": jnp.zeros(3), "key": jax.random.key(0)})
+    with pytest.raises(ValueError, match="holds jax.ShapeDtypeStructs .* concrete arrays"):
+        ckpt.restore(tmp_path, shapes)
 
 
 def test_restore_refuses_other_distribution_flags_and_bad_steps(tmp_path):

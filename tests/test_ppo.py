@@ -152,6 +152,11 @@ def test_run_train_rejects_ranges_of_another_shape(pendulum):
     _, space, ts, es, _, _ = pendulum
     with pytest.raises(ValueError, match="same names"):
         ppo.run_train(space, ts, es, 10, context=C.ContextSpace({"mass": C.Scale(0.5, 1.0)}))
+    # per-env rows not marked as such: refused, and the error says how to mark them
+    n = space.config.num_envs
+    rows = C.ContextSpace({"gravity": C.Uniform(np.full(n, 9.0), np.full(n, 10.0))})
+    with pytest.raises(ValueError, match=r"one row per env .*PerEnv\(ranges\)"):
+        ppo.run_train(space, ts, es, 10, context=rows)
 
 
 def test_states_a_run_train_consumed_are_refused_naming_the_fix(pendulum, tmp_path):

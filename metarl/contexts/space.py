@@ -460,6 +460,21 @@ class PerEnv(struct.PyTreeNode):
         return jax.tree.map(lambda x: np.asarray(x)[i], self.ranges)
 
 
+def per_env_hint(space: ContextSpace, ranges: Any, rows: tuple[int, ...]) -> str:
+    """For an error about shared `ranges`: a hint to wrap them in `PerEnv` when they
+    would fit `space` as rows of batch shape `rows` ("" otherwise)."""
+    if not rows:
+        return ""
+    try:
+        space.check_compatible(ranges, rows)
+    except (ValueError, TypeError):
+        return ""
+    return (
+        f"; these ranges have one row per env (batch shape {rows}): pass them as "
+        "metarl.contexts.PerEnv(ranges)"
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Binding:
     """A space resolved against one System and backend; samples and applies contexts."""

@@ -31,6 +31,7 @@ from flax import struct
 
 from metarl import parallel
 from metarl.contexts import BACKENDS, Binding, Context, ContextSpace, PerEnv, bind
+from metarl.contexts.space import per_env_hint
 from metarl.envs import sources
 from metarl.envs.autoreset import (
     POOLED,
@@ -103,15 +104,6 @@ def _strong(tree):
     """Drops JAX weak types (a Python float in env code) so that states keep one
     signature from call to call: a weak-typed leaf would recompile the trainer."""
     return jax.tree.map(lambda x: jax.lax.convert_element_type(x, jnp.result_type(x)), tree)
-
-
-def _fits(space: ContextSpace, ranges: Any, rows: tuple[int, ...]) -> bool:
-    """Whether `ranges` would fit `space` as rows of batch shape `rows`."""
-    try:
-        space.check_compatible(ranges, rows)
-    except ValueError:
-        return False
-    return True
 
 
 def _finite(tree) -> jax.Array:
@@ -367,11 +359,8 @@ class ContextualEnv(Env):
             try:
                 self.space.check_compatible(ranges)
             except ValueError as shared:
-                if batch and _fits(self.space, ranges, batch):
-                    raise ValueError(
-                        f"{shared}; these ranges have one row per env (batch shape "
-                        f"{batch}): pass them as metarl.contexts.PerEnv(ranges)"
-                    ) from None
+                if hint := per_env_hint(self.space, ranges, batch):
+                    raise ValueError(f"{shared}{hint}") from None
                 raise
         if all(not isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(ranges)):
             ranges = self.binding.check_ranges(ranges, rows)

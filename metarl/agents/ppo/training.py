@@ -27,6 +27,7 @@ from metarl.agents.ppo.learner import IterationStats, TrainingState, iterate_fn
 from metarl.agents.ppo.rollout import EnvState
 from metarl.compilation import count_compilations
 from metarl.contexts import ContextSpace, PerEnv
+from metarl.contexts.space import per_env_hint
 from metarl.envs import POOL, TRIAL, ContextualEnv, ResetStock
 from metarl.parallel import AXIS, data_mesh
 from metarl.trees import check_alive
@@ -320,7 +321,12 @@ def _env_rows(space: TrainSpace, ranges: Any) -> ContextSpace:
             "context must be a ContextSpace (shared ranges) or metarl.contexts.PerEnv "
             f"(one row per env), got {type(ranges).__name__}"
         )
-    env.binding.check_ranges(ranges)
+    try:
+        env.binding.check_ranges(ranges)
+    except ValueError as e:
+        if hint := per_env_hint(env.space, ranges, (n,)):
+            raise ValueError(f"{e}{hint}") from None
+        raise
     return jax.tree.map(
         lambda x: np.broadcast_to(np.asarray(x, np.float32), (n,) + np.shape(x)), ranges
     )
