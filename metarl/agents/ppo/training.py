@@ -554,7 +554,7 @@ class TrainingDivergedError(FloatingPointError):
 
 def _diverged(space: TrainSpace, ts: TrainingState, bad: np.ndarray, first, last) -> str:
     """`TrainingDivergedError`'s message: where the NaN/inf values are (of the first
-    diverged seed), when, and the settings that let an update blew up."""
+    diverged seed), when, and the settings that let an update blow up."""
     seeds = np.flatnonzero(bad.reshape(-1))
     parts = {"params": ts.params, "opt_state": ts.opt_state, "normalizer": ts.normalizer}
     if space.num_seeds is not None:
