@@ -1035,8 +1035,8 @@ def print_comparison(
             "on the same contexts"
         )
     seeds = {name: rows[-1].get("seeds") for name, rows in results.items()}
-    other = [n for n in results if n not in apart and None not in (seeds[n], seeds[base])]
-    if other := [n for n in other if seeds[n] != seeds[base]]:
+    known = [n for n in results if n not in apart and None not in (seeds[n], seeds[base])]
+    if other := [n for n in known if seeds[n] != seeds[base]]:
         print(
             f"\nNot compared with {base} (seeds {seeds[base]}): "
             + ", ".join(f"{n} (seeds {seeds[n]})" for n in other)
