@@ -24,6 +24,9 @@ from curricula.base import (
 from metarl.contexts import ContextSpace
 
 METRICS = ("eval_return", "episode_return")
+# A relative threshold above this is taken for a percentage (90 for 0.9) and refused:
+# the gate would sit at 90x the first return and never open.
+MAX_RELATIVE = 10.0
 
 
 class GatedState(CurriculumState):
@@ -59,7 +62,8 @@ def PerformanceGated(  # noqa: N802
         narrow starting ranges), stored in the state and compared in that same
         update too (so with threshold <= 1 the first update always widens); the
         gate then opens at ``threshold * reference`` (``reference - (1 - threshold) * |reference|``
-        for a negative reference, the same distance below it).
+        for a negative reference, the same distance below it); in (0, 10]
+        (a relative 90 is refused as a percentage).
       relative: see threshold.
       metric: the results key read by `update`: "eval_return" (default) or
         "episode_return".
@@ -149,6 +153,13 @@ def _check_args(who, start, step, threshold, relative, metric) -> tuple[float, f
         raise ValueError(
             f"{who}: a relative threshold is a fraction of the reference return and must be "
             f"> 0 (e.g. 0.9), got {threshold}"
+        )
+    if relative and threshold > MAX_RELATIVE:
+        raise ValueError(
+            f"{who}: a relative threshold is a multiple of the reference return (0.9 for "
+            f"90%), at most {MAX_RELATIVE:g}; {threshold:g} reads as a percentage. For a "
+            "return far above the narrow ranges' one, give it as an absolute threshold "
+            "(relative=False)"
         )
     if metric not in METRICS:
         raise ValueError(f"{who}: metric must be one of {list(METRICS)}, got {metric!r}")

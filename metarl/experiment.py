@@ -74,6 +74,9 @@ from metarl.tensorboard import (
     nonfinite_tag,
 )
 
+# The return on contexts drawn from the ranges a segment trained on: what a
+# curriculum's update reads as results["eval_return"] (`PerformanceGated`'s gate).
+CURRENT_TAG = "eval/current/return"
 SPLITS = ("train", "interpolation", "extrapolation", "extrapolation_low", "extrapolation_high")
 # The runner's own streams of a seed's key (held-out sets, evaluation episodes, the
 # contexts drawn "now"). ``split(k, n)[i]`` is ``fold_in(k, i)``, so small stream ids
@@ -550,9 +553,8 @@ class Run:
         for i in range(self.num_seeds):
             ts = self.ts if self.num_seeds == 1 else ppo.select_seed(self.ts, i)
             results.append(self._evaluate(i, k, ts, ranges[i]))
-            now = results[-1].pop("now")
             self.cstates[i] = exp.curriculum.update(
-                self.cstates[i], {**metrics[i], "eval_return": now}
+                self.cstates[i], {**metrics[i], "eval_return": results[-1]["now"]}
             )
         step = self.space.env_steps(self.ts)
         contexts = jax.device_get(self.es.env.info[CONTEXT])
@@ -581,6 +583,7 @@ class Run:
         held = result["held"]
         summary = E.summarize(held)
         scalars = {k: v for k, v in metrics.items() if np.ndim(v) == 0}
+        logger.log_scalars(step, {CURRENT_TAG: result["now"]})
         # this run's env steps per second: the program's total over its seeds, which
         # advance together (the aggregate run logs the total)
         speed = metrics["env_steps_per_sec"] / self.num_seeds
@@ -632,7 +635,7 @@ class Run:
         self, logger: RunLogger, step: int, results: list[dict], ranges, metrics: dict
     ) -> None:
         summaries = [E.summarize(r["held"]) for r in results]
-        scalars = {}
+        scalars = _over_seeds(CURRENT_TAG, np.asarray([r["now"] for r in results]))
         for name in summaries[0]:
             # One score per seed (its mean over the contexts), as in the printed table:
             # every context is scored by the same policy of a seed, so the contexts are
@@ -660,6 +663,7 @@ class Run:
         summaries = [E.summarize(r["held"]) for r in results]
         row = {"segment": segment, "env_steps": step, "seeds": self.seeds}
         row["train_return"] = self._per_seed([m["episode_return"] for m in metrics])
+        row["current"] = self._per_seed([r["now"] for r in results])
         for split in (*SPLITS, "generalization_gap", "interpolation_gap"):
             if split in summaries[0]:
                 row[split] = self._per_seed([s[split] for s in summaries])

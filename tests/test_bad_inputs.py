@@ -463,6 +463,12 @@ ROWS = [
         ValueError,
         "metric",
     ),
+    (
+        "gated relative threshold as a percentage",
+        lambda: curricula.PerformanceGated(0.2, 0.3, 90.0, relative=True),
+        ValueError,
+        "percentage",
+    ),
     ("adr thresholds", lambda: curricula.ADR(0.5, 0.1, 10.0, 5.0, 4), ValueError, "wrong order"),
     ("adr buffer", lambda: curricula.ADR(0.5, 0.1, 1.0, 5.0, 0), ValueError, "buffer_size"),
     ("adr prob", lambda: curricula.ADR(0.5, 0.1, 1.0, 5.0, 4, 1.5), ValueError, "boundary_prob"),

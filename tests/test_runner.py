@@ -736,6 +736,8 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path, monkeypatc
     assert max(stds.values()) > 0, stds
     for suffix in ("", "/iqm", "/iqm_ci_low", "/iqm_ci_high", "/nonfinite_seeds"):
         assert f"eval/extrapolation_high/return{suffix}" in agg
+    current = agg[experiment.CURRENT_TAG][0][1]  # the return each seed's curriculum read
+    assert current == pytest.approx(np.mean(rows[0]["current"]), rel=1e-5)
     # episodes cut by non-finite physics: counted per seed and split (none here)
     assert rows[0]["nonfinite_episodes"]["extrapolation_low"] == [0, 0]
     assert agg["eval/extrapolation_low/nonfinite_episodes"][0][1] == 0
@@ -773,6 +775,25 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path, monkeypatc
     ):
         got = agg[f"eval/train/return{suffix}"][0][1]
         assert got == pytest.approx(value, rel=1e-5, abs=1e-3, nan_ok=True), suffix
+
+
+def test_the_return_a_curriculum_decides_on_is_logged_and_kept(exp, compiled, tmp_path):
+    """`PerformanceGated` reads the return on the ranges just trained on, which no
+    held-out split measures: the history and TensorBoard keep the very value it read."""
+    gated = curricula.PerformanceGated(start=0.2, step=0.4, threshold=0.0)
+    read = []
+
+    def update(state, results):
+        read.append(results["eval_return"])
+        return gated.update(state, results)
+
+    spy = curricula.Curriculum(gated.init, update, gated.ranges, gated.params)
+    rows = _run(replace(exp, curriculum=spy), compiled, tmp_path, 2)
+    assert [r["current"] for r in rows] == read
+    logged = read_scalars(tmp_path)[experiment.CURRENT_TAG]
+    assert logged == [(256, pytest.approx(read[0])), (512, pytest.approx(read[1]))]
+    # the held-out "train" split is drawn from the whole target, not the ranges trained on
+    assert rows[0]["current"] != rows[0]["train"]
 
 
 def _heatmaps(monkeypatch) -> list[tuple]:
