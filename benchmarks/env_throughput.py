@@ -100,7 +100,7 @@ from metarl import contexts as C
 from metarl import provenance
 from metarl.compilation import loop_carries
 from metarl.contexts.quantities import QUANTITIES
-from metarl.envs import POOL, ContextualEnv, ResetPool, make_contextual
+from metarl.envs import POOL, RESET_STRATEGIES, ContextualEnv, ResetPool, make_contextual
 from metarl.envs.autoreset import pooled_where_done
 
 GRAVITY = (0.7, 1.3)
@@ -128,6 +128,16 @@ class Config:
 
     def __post_init__(self):
         check_counts(self)
+        known = sorted(brax_envs._envs)  # noqa: SLF001 - Brax has no public listing
+        if unknown := [e for e in self.envs if e not in known]:
+            raise ValueError(f"--envs: unknown Brax env {unknown}; valid names: {', '.join(known)}")
+        if self.backend is not None and self.backend not in C.BACKENDS:
+            raise ValueError(
+                f"--backend {self.backend!r}: choose one of {', '.join(C.BACKENDS)} "
+                "(or leave it out for each env's default)"
+            )
+        if unknown := [v for v in self.variants if not _known_variant(v)]:
+            raise ValueError(f"--variants: unknown {unknown}; choose among {', '.join(VARIANTS)}")
 
 
 def _space(sys, backend: str) -> C.ContextSpace:
@@ -306,6 +316,23 @@ class _PerStep(C.Binding):
 
 
 _BINDINGS = {"contextual_firstorder": _FirstOrder, "contextual_perstep": _PerStep}
+_ABLATIONS = ("noreset", "norebuild", "norefill")
+VARIANTS = (
+    *MAIN,
+    *(v for v in _DR if v != "brax_dr"),
+    *(f"contextual_{s}" for s in RESET_STRATEGIES),
+    "contextual_pool_dense",
+    "contextual_pool_cond",
+    *_BINDINGS,
+    *(f"ablate_{a}[:<strategy>]" for a in _ABLATIONS),
+)
+
+
+def _known_variant(label: str) -> bool:
+    """Whether `_build` knows the variant `label` (an ablation's strategy is checked
+    when it is built)."""
+    name = label.partition(":")[0] if label.startswith("ablate_") else label
+    return name in VARIANTS or name.removeprefix("ablate_") in _ABLATIONS
 
 
 def _build(label: str, name: str, n: int, cfg: Config):

@@ -35,11 +35,28 @@ def test_the_reproducibility_digest_reads_results_and_not_times():
     assert repro._digest(tree, metrics(1.0, 100.0, 3.0), np.float32(2.5)) != digest
 
 
-def test_an_unknown_ablation_is_refused_with_the_choices():
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            {"variants": ("ablate_nofence",)},
+            r"unknown \['ablate_nofence'\]; choose among .*ablate_",
+        ),
+        ({"variants": ("bogus",)}, r"unknown \['bogus'\]; choose among plain, brax_dr, contextual"),
+        (
+            {"envs": ("hopper", "nosuchenv")},
+            r"unknown Brax env \['nosuchenv'\]; valid names: .*ant",
+        ),
+        ({"backend": "nosuch"}, r"--backend 'nosuch': choose one of generalized, mjx"),
+    ],
+)
+def test_unknown_names_are_refused_with_the_choices_before_anything_compiles(flags, message):
+    """An unknown env name used to fail deep inside Brax with a bare KeyError."""
     bench = _load("env_throughput")
-    cfg = bench.Config(envs=("inverted_pendulum",), variants=("ablate_nofence",))
-    with pytest.raises(ValueError, match="choose one of noreset, norebuild, norefill"):
-        bench.main(cfg)
+    with pytest.raises(ValueError, match=message):
+        bench.Config(**flags)
+    for variant in ("ablate_noreset:dense", "contextual_stock", "brax_dr_every", "contextual"):
+        bench.Config(variants=(variant,))  # every documented variant is accepted
 
 
 def test_the_profile_counts_the_operations_a_loop_runs_and_not_the_loop():
