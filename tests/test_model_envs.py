@@ -641,15 +641,58 @@ def test_a_default_mass_context_is_the_loaded_playground_model_under_jit():
         np.testing.assert_array_equal(getattr(model, field), getattr(source.model, field), field)
 
 
+def test_a_raw_joint_range_is_refused_on_joints_mjx_builds_no_limit_for():
+    """jnt_range on a joint the model does not mark limited was written and never read
+    (the same 80 actions, max |dqpos| 0.0)."""
+    free = MjcfEnv(SLIDE_XML, observe=_observe, reward=_reward)
+    for path in ("jnt_range[2, 1]", "jnt_range[:, 0]", "jnt_range"):
+        with pytest.raises(ValueError, match=r"joints \[.*\] are not limited"):
+            make_contextual(free, C.ContextSpace({path: C.Uniform(0.05, 0.2)}))
+    xml = SLIDE_XML.replace(
+        'name="z" type="slide"', 'name="z" type="slide" limited="true" range="-1 0.3"'
+    )
+    env = make_contextual(
+        MjcfEnv(xml, observe=_observe, reward=_reward),
+        C.ContextSpace({"jnt_range[:, 1]": C.Uniform(0.05, 0.2)}),  # z's limit is read
+    )
+
+    def height(top):  # the box pushed up against z's upper limit
+        sys = env.binding.apply({"jnt_range[:, 1]": jnp.full(3, top, jnp.float32)})
+        data = mjx.make_data(sys).replace(qvel=jnp.asarray([0.0, 0.0, 2.0]))
+        step = jax.jit(mjx.step)
+        for _ in range(30):
+            data = step(sys, data)
+        return float(data.qpos[2])
+
+    assert height(0.2) - height(0.05) > 0.1
+
+
 def test_a_raw_fluid_path_is_refused_where_mjx_keeps_the_fluid_model_off():
     """A raw 'opt.viscosity' on a model that loads none was written and never read: MJX
     fixes has_fluid_params when it loads the model (a Playground cartpole's check_env:
     "changes nothing a step simulates"). The canonical name switches it on."""
     still = MjcfEnv(SLIDE_XML, observe=_observe, reward=_reward)
-    for field, canonical in (("opt.viscosity", "viscosity"), ("opt.density", "density")):
-        with pytest.raises(ValueError, match=f"vary the canonical '{canonical}', which switch"):
+    for field, canonical in (
+        ("opt.viscosity", "viscosity"),
+        ("opt.density", "density"),
+        ("opt.wind[0]", "viscosity' or 'density"),  # wind acts through the fluid model
+    ):
+        with pytest.raises(ValueError, match=f"vary the canonical '{canonical}' \\(in this"):
             make_contextual(still, C.ContextSpace({field: C.Uniform(0.5, 3.0)}))
-        make_contextual(still, C.ContextSpace({canonical: C.Uniform(0.5, 3.0)}))
+    # a canonical entry switches the fluid model on for the raw paths, before it or after
+    windy = C.ContextSpace({"opt.wind[0]": C.Uniform(0.0, 5.0), "density": C.Uniform(0.5, 3.0)})
+    env = make_contextual(still, windy)
+    sys = env.binding.apply({"opt.wind[0]": jnp.float32(5.0), "density": jnp.float32(1.2)})
+    data = mjx.make_data(sys)
+    calm = sys.replace(opt=sys.opt.replace(wind=jnp.zeros(3)))
+    assert (
+        float(
+            jnp.abs(
+                mjx.forward(sys, data).qfrc_passive - mjx.forward(calm, data).qfrc_passive
+            ).max()
+        )
+        > 1e-3
+    )
     # a model that loads a viscosity simulates the raw path's values
     fluid = make_contextual(
         MjcfEnv(XML, observe=_observe, reward=_reward),

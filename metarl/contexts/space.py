@@ -727,13 +727,8 @@ def _resolve(
             "not change the simulation. Use a canonical name "
             f"({', '.join(CANONICAL_NAMES)}), which writes the fields each backend reads"
         )
-    if raw.field in _FLUID and not _fluid_on(sys):
-        raise ValueError(
-            f"raw path {name!r}: MJX simulates fluid forces only where the model loaded a "
-            "viscosity, density or wind (its has_fluid_params flag, fixed when loaded), so "
-            f"writing {raw.field} would change nothing; vary the canonical "
-            f"{_FLUID[raw.field]!r}, which switches the fluid model on"
-        )
+    if raw.field == "jnt_range" and (problem := _unlimited_joints(raw, sys, backend)):
+        raise ValueError(f"raw path {name!r}: {problem}")
     if raw.field == "geom_friction" and (problem := _unread_friction_columns(raw, sys, backend)):
         raise ValueError(f"raw path {name!r}: {problem}")
     if raw.field in _SPRING_SCALED:
@@ -748,7 +743,46 @@ def _resolve(
         raise
 
 
-_FLUID = {"opt.viscosity": "viscosity", "opt.density": "density"}
+_FLUID = {"opt.viscosity": "viscosity", "opt.density": "density", "opt.wind": None}
+
+
+def _check_fluid(entries: list, sys: System) -> None:
+    """Refuses a raw fluid path (viscosity, density, wind) that MJX never reads: its
+    step simulates fluid forces only where the model loaded a viscosity, density or
+    wind (has_fluid_params, fixed when loaded), or a canonical 'viscosity' or
+    'density' entry of the same space switched them on (`sys`: after every entry)."""
+    for entry in entries:
+        field = getattr(entry.target, "field", None)
+        if field not in _FLUID or _fluid_on(sys):
+            continue
+        canonical = _FLUID[field] or "viscosity' or 'density"
+        raise ValueError(
+            f"raw path {entry.name!r}: MJX simulates fluid forces only where the model loaded a "
+            "viscosity, density or wind (its has_fluid_params flag, fixed when loaded), so "
+            f"writing {field} would change nothing; vary the canonical '{canonical}' (in "
+            "this space), which switches the fluid model on"
+        )
+
+
+def _unlimited_joints(raw: paths.RawPath, sys: System, backend: str) -> str | None:
+    """Why a raw path into `jnt_range` changes nothing, or None: MJX builds joint
+    limits only for joints the model marks limited (jnt_limited, fixed when loaded)."""
+    limited = getattr(sys, "jnt_limited", None)
+    if backend != "mjx" or limited is None:
+        return None
+    shape = np.shape(raw.read(sys))
+    try:
+        rows = np.broadcast_to(np.arange(shape[0])[:, None], shape)[raw.index]
+    except (IndexError, ValueError):  # `paths.resolve` names a bad index
+        return None
+    rows = sorted(set(np.ravel(rows).tolist()))
+    if not rows or np.asarray(limited)[rows].any():
+        return None
+    return (
+        f"joints {rows} are not limited (jnt_limited 0, fixed when the model loads), so "
+        "MJX builds no limit from their range; mark them limited in the model "
+        '(limited="true" range="...")'
+    )
 
 
 def _fluid_on(sys: System) -> bool:
@@ -1106,6 +1140,7 @@ def bind(
         )
         _check_values(entry, dist)
         entries.append(entry)
+    _check_fluid(entries, sys)
     if len(entries) > 1:
         _check_overlaps(entries, sys)
     return Binding(space=space, backend=backend, sys=sys, entries=tuple(entries), task=task)
