@@ -24,6 +24,10 @@ before it). A missing key raises a KeyError naming it. Keys each curriculum read
 * `LinearWidening`, `GeometricWidening`: none;
 * `PerformanceGated`: its `metric` ("eval_return" or "episode_return");
 * `ADR`: "env_return_sum" and "env_episodes".
+
+`summary(state, results)` (optional in a `Curriculum`) reads the same results
+and returns what `update` would decide on, as numbers to log: the fraction trained
+on, the gate's return and threshold, ADR's per-boundary returns and moves.
 """
 
 from curricula.adr import ADR, ADRState, adr_ranges

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -134,19 +134,32 @@ def ADR(  # noqa: N802
             assignment=assignment,
         )
 
-    def update(state: ADRState, results: Mapping[str, Any]) -> ADRState:
-        """Needs results "env_return_sum" and "env_episodes" ([num_envs] each)."""
-        check_state(state, ADRState, f"{who}.update")
+    def decide(state: ADRState, results: Mapping[str, Any], where: str) -> _Decisions:
+        """Each boundary's entries of the segment recorded into copies of the buffers."""
+        check_state(state, ADRState, f"{who}.{where}")
         n = state.assignment.shape[0]
         sums = _per_env(results, "env_return_sum", n)
         episodes = _per_env(results, "env_episodes", n)
-        names = list(state.target)
         buffers, counts = np.array(state.buffers), np.array(state.counts)
+        seen, decided, steps = [], [], []
+        for b in range(2 * len(state.target)):
+            envs = (state.assignment == b) & (episodes > 0)
+            values = sums[envs] / episodes[envs]
+            seen.append(values[np.isfinite(values)])
+            step, mean = _record(buffers[b], counts, b, values, t_low, t_high)
+            decided.append(mean)
+            steps.append(step)
+        return _Decisions(buffers, counts, seen, decided, steps)
+
+    def update(state: ADRState, results: Mapping[str, Any]) -> ADRState:
+        """Needs results "env_return_sum" and "env_episodes" ([num_envs] each)."""
+        decided = decide(state, results, "update")
+        n = state.assignment.shape[0]
+        names = list(state.target)
+        buffers, counts = decided.buffers, decided.counts
         bounds = {k: [np.asarray(d.low), np.asarray(d.high)] for k, d in state.current.items()}
         initial = scaled(state.target, start, state.defaults)  # what init started from
-        for b in range(2 * len(names)):
-            envs = (state.assignment == b) & (episodes > 0)
-            step = _record(buffers[b], counts, b, sums[envs] / episodes[envs], t_low, t_high)
+        for b, step in enumerate(decided.steps):
             if step:
                 name = names[b // 2]
                 _move(state.target[name], initial[name], bounds[name], b % 2, step * delta)
@@ -178,6 +191,23 @@ def ADR(  # noqa: N802
         rows = np.asarray(state.assignment) + 1
         return PerEnv(jax.tree.map(lambda x: x[rows], stacked))
 
+    def summary(state: ADRState, results: Mapping[str, Any]) -> dict[str, float]:
+        """Per boundary ``<name>/low/`` and ``<name>/high/``: ``return``, the mean of the
+        segment's entries (one per env evaluating it and completing an episode; NaN
+        for none), ``entries``, how many, ``buffer_mean``, the mean of the full buffer
+        that decided (NaN: the buffer did not fill), and ``move``, +1 widened, -1
+        shrunk (the ranges logged for the next segment show where to), 0 held, NaN
+        no decision."""
+        decided = decide(state, results, "summary")
+        out = {}
+        for b, name in enumerate(f"{n}/{side}" for n in state.target for side in ("low", "high")):
+            seen, mean = decided.seen[b], decided.decided[b]
+            out[f"{name}/return"] = float(seen.astype(np.float64).mean()) if seen.size else np.nan
+            out[f"{name}/entries"] = float(seen.size)
+            out[f"{name}/buffer_mean"] = mean
+            out[f"{name}/move"] = np.nan if np.isnan(mean) else float(decided.steps[b])
+        return out
+
     params = {
         "name": who,
         "start": start,
@@ -187,7 +217,19 @@ def ADR(  # noqa: N802
         "buffer_size": m,
         "boundary_prob": p,
     }
-    return Curriculum(init=init, update=update, ranges=ranges, params=params)
+    return Curriculum(init=init, update=update, ranges=ranges, params=params, summary=summary)
+
+
+class _Decisions(NamedTuple):
+    """One update's recording: the buffers and counts after it and, per boundary, the
+    segment's finite entries, the mean of the buffer that filled (NaN: none) and its
+    move (+1, -1, 0; 0 also where none filled)."""
+
+    buffers: np.ndarray
+    counts: np.ndarray
+    seen: list[np.ndarray]
+    decided: list[float]
+    steps: list[int]
 
 
 def adr_ranges(state: ADRState) -> ContextSpace:
@@ -291,19 +333,21 @@ def _check_args(who, start, delta, low_threshold, high_threshold, buffer_size, b
     return start, delta, t_low, t_high, m, p
 
 
-def _record(buffer, counts, b, values, t_low, t_high) -> int:
+def _record(buffer, counts, b, values, t_low, t_high) -> tuple[int, float]:
     """Appends boundary b's finite `values` to its buffer (in place); when the buffer
-    fills, empties it and returns +1 (widen: mean >= t_high), -1 (shrink: <= t_low) or
-    0. After a move the rest of the values (measured at the old value) are dropped."""
+    fills, empties it and decides +1 (widen: mean >= t_high), -1 (shrink: <= t_low) or
+    0. After a move the rest of the values (measured at the old value) are dropped.
+    Returns (the move, the mean of the last buffer that filled, NaN if none did)."""
     m = buffer.shape[0]
+    decided = np.nan
     for value in values[np.isfinite(values)]:
         buffer[counts[b]] = value
         counts[b] += 1
         if counts[b] < m:
             continue
-        mean = float(buffer.astype(np.float64).mean())
+        decided = float(buffer.astype(np.float64).mean())
         buffer[:], counts[b] = 0.0, 0
-        step = 1 if mean >= t_high else -1 if mean <= t_low else 0
+        step = 1 if decided >= t_high else -1 if decided <= t_low else 0
         if step:
-            return step
-    return 0
+            return step, decided
+    return 0, decided

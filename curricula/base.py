@@ -68,12 +68,17 @@ class Curriculum(NamedTuple):
         run.json, so that a run is never resumed under another schedule. None:
         run.json records a digest of init's, update's and ranges' code and of the
         values and functions they capture instead.
+      summary: ``summary(state, results) -> {tag: float}``, what ``update(state,
+        results)`` reads and decides, as numbers to log (`experiment.run` logs
+        each under ``curriculum/<tag>`` at every segment and keeps them in its
+        history), so every decision can be checked against its inputs; None: nothing.
     """
 
     init: Callable[..., CurriculumState]
     update: Callable[[CurriculumState, Mapping[str, Any]], CurriculumState]
     ranges: Callable[[CurriculumState], ContextSpace]
     params: Mapping[str, Any] | None = None
+    summary: Callable[[CurriculumState, Mapping[str, Any]], Mapping[str, float]] | None = None
 
 
 def check_compatible(state: CurriculumState, space: ContextSpace) -> None:

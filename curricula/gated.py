@@ -91,9 +91,9 @@ def PerformanceGated(  # noqa: N802
             reference=np.asarray(np.nan, np.float32),
         )
 
-    def update(state: GatedState, results: Mapping[str, Any]) -> GatedState:
-        """Needs ``results[metric]``; widens if it reaches the threshold, else holds."""
-        check_state(state, GatedState, f"{who}.update")
+    def read(state: GatedState, results: Mapping[str, Any], where: str):
+        """(the value read, the reference after it, the return that opens the gate)."""
+        check_state(state, GatedState, f"{who}.{where}")
         value = require(results, metric, f"{who}(metric={metric!r})")
         if (
             isinstance(value, bool)
@@ -102,7 +102,7 @@ def PerformanceGated(  # noqa: N802
             or not np.issubdtype(np.asarray(value).dtype, np.number)
         ):
             raise ValueError(
-                f"{who}.update: results[{metric!r}] must be one real number (NaN holds the "
+                f"{who}.{where}: results[{metric!r}] must be one real number (NaN holds the "
                 f"gate), got {value!r}"
             )
         # in float32, as the reference is stored: a float64 return compared with its own
@@ -111,9 +111,14 @@ def PerformanceGated(  # noqa: N802
         reference = float(state.reference)
         if relative and not np.isfinite(reference) and np.isfinite(value):
             reference = value
-        fraction = float(state.fraction)
         # the gate rounded as the value is: a return equal to the threshold opens it
-        if value >= float(np.float32(_gate(threshold, relative, reference))):  # NaN: False
+        return value, reference, float(np.float32(_gate(threshold, relative, reference)))
+
+    def update(state: GatedState, results: Mapping[str, Any]) -> GatedState:
+        """Needs ``results[metric]``; widens if it reaches the threshold, else holds."""
+        value, reference, gate = read(state, results, "update")
+        fraction = float(state.fraction)
+        if value >= gate:  # NaN: False
             # start + k * step from the openings so far, not a float32 running sum
             # (start 0.1, step 0.15 summed to 0.99999994 after 6 openings)
             opened = round((fraction - start) / step)
@@ -129,6 +134,12 @@ def PerformanceGated(  # noqa: N802
         check_state(state, GatedState, f"{who}.ranges")
         return scaled(state.target, float(state.fraction), state.defaults)
 
+    def summary(state: GatedState, results: Mapping[str, Any]) -> dict[str, float]:
+        """The fraction trained on, the return read (``gate/return``) and the return
+        that opens the gate (``gate/opens_at``; NaN before a relative reference)."""
+        value, _, gate = read(state, results, "summary")
+        return {"fraction": float(state.fraction), "gate/return": value, "gate/opens_at": gate}
+
     params = {
         "name": who,
         "start": start,
@@ -137,7 +148,7 @@ def PerformanceGated(  # noqa: N802
         "relative": relative,
         "metric": metric,
     }
-    return Curriculum(init=init, update=update, ranges=ranges, params=params)
+    return Curriculum(init=init, update=update, ranges=ranges, params=params, summary=summary)
 
 
 def _check_args(who, start, step, threshold, relative, metric) -> tuple[float, float, float]:

@@ -98,5 +98,10 @@ def _widening(
         check_state(state, WideningState, f"{who}.ranges")
         return scaled(state.target, float(state.fraction), state.defaults)
 
+    def summary(state: WideningState, results: Mapping[str, Any] | None = None) -> dict:
+        """The fraction of the target the segment trained on."""
+        check_state(state, WideningState, f"{who}.summary")
+        return {"fraction": float(state.fraction)}
+
     params = {"name": who, "start": start, "segments": segments}
-    return Curriculum(init=init, update=update, ranges=ranges, params=params)
+    return Curriculum(init=init, update=update, ranges=ranges, params=params, summary=summary)

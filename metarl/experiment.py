@@ -553,9 +553,12 @@ class Run:
         for i in range(self.num_seeds):
             ts = self.ts if self.num_seeds == 1 else ppo.select_seed(self.ts, i)
             results.append(self._evaluate(i, k, ts, ranges[i]))
-            self.cstates[i] = exp.curriculum.update(
-                self.cstates[i], {**metrics[i], "eval_return": results[-1]["now"]}
+            read = {**metrics[i], "eval_return": results[-1]["now"]}
+            summary = getattr(exp.curriculum, "summary", None)  # before the update
+            results[-1]["curriculum"] = (
+                {} if summary is None else _summary(summary, self.cstates[i], read)
             )
+            self.cstates[i] = exp.curriculum.update(self.cstates[i], read)
         step = self.space.env_steps(self.ts)
         contexts = jax.device_get(self.es.env.info[CONTEXT])
         for i, logger in enumerate(loggers[: self.num_seeds]):
@@ -584,6 +587,7 @@ class Run:
         summary = E.summarize(held)
         scalars = {k: v for k, v in metrics.items() if np.ndim(v) == 0}
         logger.log_scalars(step, {CURRENT_TAG: result["now"]})
+        logger.log_scalars(step, {f"curriculum/{k}": v for k, v in result["curriculum"].items()})
         # this run's env steps per second: the program's total over its seeds, which
         # advance together (the aggregate run logs the total)
         speed = metrics["env_steps_per_sec"] / self.num_seeds
@@ -664,6 +668,11 @@ class Run:
         row = {"segment": segment, "env_steps": step, "seeds": self.seeds}
         row["train_return"] = self._per_seed([m["episode_return"] for m in metrics])
         row["current"] = self._per_seed([r["now"] for r in results])
+        if results[0]["curriculum"]:  # what each seed's curriculum read and decided
+            row["curriculum"] = {
+                tag: self._per_seed([r["curriculum"][tag] for r in results])
+                for tag in results[0]["curriculum"]
+            }
         for split in (*SPLITS, "generalization_gap", "interpolation_gap"):
             if split in summaries[0]:
                 row[split] = self._per_seed([s[split] for s in summaries])
@@ -688,7 +697,7 @@ class Run:
             values = {
                 k: v[i] if isinstance(v, list) else v
                 for k, v in final.items()
-                if k not in ("episodes", "nonfinite_episodes", "seeds")
+                if k not in ("episodes", "nonfinite_episodes", "seeds", "curriculum")
             }
             for j, v in enumerate(final.get("episodes", []), 1):
                 values[f"episode_{j}"] = v[i] if isinstance(v, list) else v
@@ -700,6 +709,20 @@ class Run:
                 step=final["env_steps"],
             )
             logger.flush()
+
+
+def _summary(summary: Callable, state: Any, results: Mapping[str, Any]) -> dict[str, float]:
+    """A curriculum's `summary(state, results)` as {tag: float}, checked: a tag that
+    is not a string or a value that is not one number is refused, naming it."""
+    out = {}
+    for tag, value in dict(summary(state, results)).items():
+        if not isinstance(tag, str) or np.ndim(value) != 0 or isinstance(value, bool | str):
+            raise TypeError(
+                f"the curriculum's summary must map str tags to single numbers; got "
+                f"{tag!r}: {value!r}"
+            )
+        out[tag] = float(value)
+    return out
 
 
 def _over_seeds(tag: str, scores: np.ndarray) -> dict[str, float]:

@@ -454,6 +454,47 @@ def test_adr_moves_one_boundary_after_buffer_size_entries(mean, direction):
         _assert_same_leaves(moved[n], start[n])
 
 
+def test_adr_summary_gives_what_each_update_reads_and_decides():
+    """The numbers behind ADR's moves, which the ranges alone do not show."""
+    cur = _adr(buffer_size=3)
+    state = cur.init(TARGET, defaults=DEFAULTS, num_envs=5, key=jax.random.key(0))
+    state = _assign(state, [G_LOW, G_LOW, G_HIGH, G_HIGH, -1])
+    first = _env_results([9.0, 10.0, 5.0, np.nan, 100.0], [2, 1, 1, 1, 3])
+    summary = cur.summary(state, first)
+    assert summary["gravity/low/return"] == 9.5 and summary["gravity/low/entries"] == 2
+    assert summary["gravity/high/return"] == 5.0 and summary["gravity/high/entries"] == 1
+    assert np.isnan(summary["mass/low/return"]) and summary["mass/low/entries"] == 0
+    for tag in ("gravity/low/buffer_mean", "gravity/low/move", "gravity/high/move"):
+        assert np.isnan(summary[tag]), tag  # no buffer filled: no decision
+    state = cur.update(state, first)
+    second = _env_results([12.0, 0.0, 6.0, 6.0, 0.0], [1, 0, 1, 1, 1])
+    summary = cur.summary(_assign(state, [G_LOW, G_LOW, G_HIGH, G_HIGH, -1]), second)
+    # gravity low: [9, 10] + [12] fills, mean 31/3 >= 8 widens; high: [5] + [6, 6] holds
+    assert summary["gravity/low/buffer_mean"] == pytest.approx(31 / 3)
+    assert summary["gravity/low/move"] == 1.0
+    assert summary["gravity/high/buffer_mean"] == pytest.approx(17 / 3)
+    assert summary["gravity/high/move"] == 0.0
+    before = curricula.adr_ranges(state)["gravity"]
+    after = curricula.adr_ranges(
+        cur.update(_assign(state, [G_LOW, G_LOW, G_HIGH, G_HIGH, -1]), second)
+    )
+    assert after["gravity"].low < before.low and after["gravity"].high == before.high
+    # summary reads the state and changes nothing (its buffers were copied)
+    np.testing.assert_array_equal(state.counts[[G_LOW, G_HIGH]], [2, 1])
+
+
+def test_the_schedules_summarize_the_fraction_they_train_on():
+    gated = curricula.PerformanceGated(0.2, 0.3, threshold=0.5, relative=True)
+    state = gated.init(TARGET, defaults=DEFAULTS)
+    summary = gated.summary(state, {"eval_return": 10.0})  # the reference is this return
+    assert summary == {"fraction": np.float32(0.2), "gate/return": 10.0, "gate/opens_at": 5.0}
+    state = gated.update(state, {"eval_return": 10.0})
+    assert gated.summary(state, {"eval_return": 4.0})["gate/opens_at"] == 5.0
+    widening = curricula.LinearWidening(0.25, 3)
+    state = widening.update(widening.init(TARGET, defaults=DEFAULTS), {})
+    assert widening.summary(state, {}) == {"fraction": 0.5}
+
+
 def test_adr_holds_a_boundary_whose_mean_is_between_the_thresholds():
     cur = _adr(buffer_size=4)
     state = cur.init(TARGET, defaults=DEFAULTS, num_envs=5, key=jax.random.key(0))

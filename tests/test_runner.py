@@ -787,11 +787,18 @@ def test_the_return_a_curriculum_decides_on_is_logged_and_kept(exp, compiled, tm
         read.append(results["eval_return"])
         return gated.update(state, results)
 
-    spy = curricula.Curriculum(gated.init, update, gated.ranges, gated.params)
+    spy = curricula.Curriculum(gated.init, update, gated.ranges, gated.params, gated.summary)
     rows = _run(replace(exp, curriculum=spy), compiled, tmp_path, 2)
     assert [r["current"] for r in rows] == read
-    logged = read_scalars(tmp_path)[experiment.CURRENT_TAG]
+    scalars = read_scalars(tmp_path)
+    logged = scalars[experiment.CURRENT_TAG]
     assert logged == [(256, pytest.approx(read[0])), (512, pytest.approx(read[1]))]
+    # and the curriculum's own summary: what it read, its gate, the fraction trained on
+    assert [r["curriculum"]["gate/return"] for r in rows] == pytest.approx(read)
+    assert [v for _, v in scalars["curriculum/gate/return"]] == pytest.approx(read)
+    fractions = [r["curriculum"]["fraction"] for r in rows]
+    assert fractions == pytest.approx([0.2, 0.6])  # returns >= 0 always open the gate
+    assert [v for _, v in scalars["curriculum/fraction"]] == pytest.approx(fractions)
     # the held-out "train" split is drawn from the whole target, not the ranges trained on
     assert rows[0]["current"] != rows[0]["train"]
 
