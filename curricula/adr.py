@@ -153,13 +153,13 @@ def ADR(  # noqa: N802
 
     def update(state: ADRState, results: Mapping[str, Any]) -> ADRState:
         """Needs results "env_return_sum" and "env_episodes" ([num_envs] each)."""
-        decided = decide(state, results, "update")
+        recorded = decide(state, results, "update")
         n = state.assignment.shape[0]
         names = list(state.target)
-        buffers, counts = decided.buffers, decided.counts
+        buffers, counts = recorded.buffers, recorded.counts
         bounds = {k: [np.asarray(d.low), np.asarray(d.high)] for k, d in state.current.items()}
         initial = scaled(state.target, start, state.defaults)  # what init started from
-        for b, step in enumerate(decided.steps):
+        for b, step in enumerate(recorded.steps):
             if step:
                 name = names[b // 2]
                 _move(state.target[name], initial[name], bounds[name], b % 2, step * delta)
@@ -195,17 +195,29 @@ def ADR(  # noqa: N802
         """Per boundary ``<name>/low/`` and ``<name>/high/``: ``return``, the mean of the
         segment's entries (one per env evaluating it and completing an episode; NaN
         for none), ``entries``, how many, ``buffer_mean``, the mean of the full buffer
-        that decided (NaN: the buffer did not fill), and ``move``, +1 widened, -1
-        shrunk (the ranges logged for the next segment show where to), 0 held, NaN
-        no decision."""
+        that decided (NaN: the buffer did not fill), and ``move``, what the boundary
+        did: +1 widened, -1 shrunk (the ranges logged for the next segment show where
+        to), 0 held (a mean between the thresholds, or a boundary already at the
+        target's edge or, shrinking, at the starting range), NaN no decision."""
         decided = decide(state, results, "summary")
+        after = update(state, results).current
         out = {}
-        for b, name in enumerate(f"{n}/{side}" for n in state.target for side in ("low", "high")):
-            seen, mean = decided.seen[b], decided.decided[b]
-            out[f"{name}/return"] = float(seen.astype(np.float64).mean()) if seen.size else np.nan
-            out[f"{name}/entries"] = float(seen.size)
-            out[f"{name}/buffer_mean"] = mean
-            out[f"{name}/move"] = np.nan if np.isnan(mean) else float(decided.steps[b])
+        for b, name in enumerate(state.target):
+            for side, bound in enumerate(("low", "high")):
+                seen, mean = decided.seen[2 * b + side], decided.decided[2 * b + side]
+                tag = f"{name}/{bound}"
+                out[f"{tag}/return"] = (
+                    float(seen.astype(np.float64).mean()) if seen.size else np.nan
+                )
+                out[f"{tag}/entries"] = float(seen.size)
+                out[f"{tag}/buffer_mean"] = mean
+                change = np.asarray(getattr(after[name], bound), np.float64) - np.asarray(
+                    getattr(state.current[name], bound), np.float64
+                )
+                outward = change < 0 if side == LOW else change > 0
+                inward = change > 0 if side == LOW else change < 0
+                move = 1.0 if np.any(outward) else -1.0 if np.any(inward) else 0.0
+                out[f"{tag}/move"] = np.nan if np.isnan(mean) else move
         return out
 
     params = {

@@ -481,6 +481,14 @@ def test_adr_summary_gives_what_each_update_reads_and_decides():
     assert after["gravity"].low < before.low and after["gravity"].high == before.high
     # summary reads the state and changes nothing (its buffers were copied)
     np.testing.assert_array_equal(state.counts[[G_LOW, G_HIGH]], [2, 1])
+    # a shrink decided at the starting range moves nothing: the move says so
+    fresh = _assign(cur.init(TARGET, defaults=DEFAULTS, num_envs=3, key=jax.random.key(1)), [0] * 3)
+    failed = _env_results([1.0, 1.0, 1.0], [1, 1, 1])
+    summary = cur.summary(fresh, failed)
+    assert summary["gravity/low/buffer_mean"] == 1.0 and summary["gravity/low/move"] == 0.0
+    _assert_same_leaves(
+        curricula.adr_ranges(cur.update(fresh, failed)), curricula.adr_ranges(fresh)
+    )
 
 
 def test_the_schedules_summarize_the_fraction_they_train_on():
