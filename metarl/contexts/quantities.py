@@ -380,9 +380,18 @@ def setconst_basis(default, groups: tuple[str, ...]) -> dict[str, np.ndarray]:
     # inverted_pendulum, now 3.7 s, on 2 CPU cores). On the host's CPU on every
     # platform: the same numbers everywhere, and no accelerator compile for constants.
     cpu = jax.local_devices(backend="cpu")[0]
-    with jax.ensure_compile_time_eval(), jax.default_device(cpu):
-        default = jax.device_put(default, cpu)
-        return jax.tree.map(np.asarray, jax.jit(terms)(default))
+
+    def basis():
+        with jax.default_device(cpu):
+            return jax.tree.map(np.asarray, jax.jit(terms)(jax.device_put(default, cpu)))
+
+    try:  # outside any trace (`bind` asks for it): one program, which the persistent cache keeps
+        return basis()
+    except jax.errors.TracerArrayConversionError:
+        # Asked for inside a trace: evaluated at once, each of MJX's constants folded
+        # eagerly in a program of its own (about 145 small compiles for hopper).
+        with jax.ensure_compile_time_eval():
+            return basis()
 
 
 def write_setconst(sys, fields: dict[str, jnp.ndarray]):
