@@ -158,6 +158,11 @@ class ContextualEnv(Env):
             reset_strategy = "loop" if on_cpu() else "stock"
         self.reset_strategy = reset_strategy
         self.reset_chunk = reset_chunk
+        # One trace of an episode's first state, shared by `reset` and every reset a
+        # `step` may make (its operands have the same shapes in both): the wrapped
+        # env's reset, the draw and its derived constants were traced and lowered
+        # twice in every program that resets and steps. XLA inlines the call.
+        self._first = jax.jit(self._first_state)
         if reset_strategy in POOLED:
             self._select = pooled_where_done(self._fresh, reset_chunk)
             self._refill = stock_refill(self._fresh)
@@ -215,7 +220,7 @@ class ContextualEnv(Env):
         derived0 = jax.eval_shape(self.binding.derive, context0)
         derived0 = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), derived0)
         first, (context, derived) = self._first(
-            (key, jnp.int32(0), jnp.int32(0), False, (context0, derived0), ranges)
+            (key, jnp.int32(0), jnp.int32(0), jnp.zeros((), bool), (context0, derived0), ranges)
         )
         obs = self._observe(first.obs, context)
         zero = jnp.zeros((), jnp.float32)
@@ -445,7 +450,7 @@ class ContextualEnv(Env):
         start = r - (trial.episode + ahead + 1) % self.episodes_per_trial
         return (trial.key, r, start, start < trial.resets, drawn, trial.ranges)
 
-    def _first(self, operand) -> tuple[State, tuple[Context, Context]]:
+    def _first_state(self, operand) -> tuple[State, tuple[Context, Context]]:
         """`_operand`'s inputs -> the first state of that episode and its (context,
         derived): the running trial's if it belongs to it, else the draw its trial
         started with (from the reset numbered `start`, the same at every reset of
