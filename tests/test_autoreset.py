@@ -527,3 +527,27 @@ def test_an_auto_reset_restarts_the_envs_own_info_and_steps_it_on_its_own_obs():
     for strategy, rollout in rollouts.items():
         for a, b in zip(rollout, rollouts["loop"], strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=strategy)
+
+
+@pytest.mark.parametrize("strategy", ["loop", "stock"])
+def test_a_program_that_resets_and_steps_traces_the_envs_reset_once(strategy):
+    """`reset` and every reset a `step` may make share one trace of an episode's
+    first state (the wrapped env's reset, the draw, its derived constants): the
+    wrapped env's reset was traced twice in every such program."""
+    space = C.ContextSpace({"gravity": C.Scale(0.5, 1.5), "mass": C.Scale(0.7, 1.3)})
+    env = make_contextual("inverted_pendulum", space, reset_strategy=strategy)
+    traced = []
+    reset = env._env.reset  # noqa: SLF001
+
+    def counting(*args):
+        traced.append(1)
+        return reset(*args)
+
+    with mock.patch.object(env._env, "reset", counting):  # noqa: SLF001
+
+        def run(keys):
+            state = jax.vmap(env.reset)(keys)
+            return jax.vmap(env.step)(state, jnp.zeros((keys.shape[0], env.action_size)))
+
+        jax.jit(run).trace(jax.random.split(jax.random.key(0), 2))
+    assert len(traced) == 1
