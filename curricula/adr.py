@@ -214,9 +214,8 @@ def ADR(  # noqa: N802
                 change = np.asarray(getattr(after[name], bound), np.float64) - np.asarray(
                     getattr(state.current[name], bound), np.float64
                 )
-                outward = change < 0 if side == LOW else change > 0
-                inward = change > 0 if side == LOW else change < 0
-                move = 1.0 if np.any(outward) else -1.0 if np.any(inward) else 0.0
+                outward = -change if side == LOW else change  # > 0: widened
+                move = 1.0 if np.any(outward > 0) else -1.0 if np.any(outward < 0) else 0.0
                 out[f"{tag}/move"] = np.nan if np.isnan(mean) else move
         return out
 
