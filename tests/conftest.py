@@ -30,15 +30,18 @@ METARL_TEST_XLA_DEFAULTS=1 to run everything with XLA's defaults.
 
 METARL_TEST_PROFILE=<folder>: where the suite's time goes. Each worker writes the
 seconds JAX spent tracing, lowering and compiling for each test (JAX's own monitoring
-events; subprocesses the tests start are left out), and the summary lists the totals
-and the tests that spent most. A cold run (JAX_COMPILATION_CACHE_DIR=<empty folder>)
+events; subprocesses the tests start are left out) and for each jitted function
+(`jax_log_compiles`), and the summary lists the totals, the tests that spent most
+and the functions built most often. A cold run (JAX_COMPILATION_CACHE_DIR=<empty folder>)
 shows what CI pays.
 """
 
 import collections
 import importlib.util
 import json
+import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -124,23 +127,50 @@ _spent: dict[str, collections.Counter] = collections.defaultdict(collections.Cou
 _started = time.time()
 
 
+_functions: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+_BUILT = re.compile(
+    r"Finished (?:tracing (?P<trace>\S+) for \S+"
+    r"|jaxpr to MLIR module conversion jit\((?P<lower>.+)\)"
+    r"|XLA compilation of jit\((?P<compile>.+)\)) in (?P<seconds>[0-9.]+) sec"
+)
+
+
+def _test() -> str:
+    return os.environ.get("PYTEST_CURRENT_TEST", "(outside a test)").split(" ")[0]
+
+
 def _listen(event: str, duration: float, **_) -> None:
     stage = _STAGES.get(event)
     if stage is not None:
-        test = os.environ.get("PYTEST_CURRENT_TEST", "(outside a test)").split(" ")[0]
-        _spent[test][stage] += duration
+        _spent[_test()][stage] += duration
+
+
+class _Builds(logging.Handler):
+    """Counts and times each jitted function's traces, lowerings and compiles."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if m := _BUILT.search(record.getMessage()):
+            stage = next(k for k in ("trace", "lower", "compile") if m[k])
+            _functions[f"{stage} {m[stage]}"].update(
+                {"count": 1, "seconds": float(m["seconds"]), _test(): 1}
+            )
 
 
 if PROFILE:
     import jax
 
     jax.monitoring.register_event_duration_secs_listener(_listen)
+    jax.config.update("jax_log_compiles", True)
+    _dispatch = logging.getLogger("jax._src.dispatch")
+    _dispatch.addHandler(_Builds())
+    _dispatch.propagate = False  # counted, not printed
 
 
 def pytest_sessionfinish(session):
     if PROFILE and _spent:
         Path(PROFILE).mkdir(parents=True, exist_ok=True)
         (Path(PROFILE) / f"{os.getpid()}.json").write_text(json.dumps(_spent))
+        (Path(PROFILE) / f"{os.getpid()}.functions").write_text(json.dumps(_functions))
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -157,3 +187,11 @@ def pytest_terminal_summary(terminalreporter):
     write(f"JAX in the test processes: {', '.join(f'{k} {v:.0f} s' for k, v in total.items())}")
     for test, stages in sorted(tests.items(), key=lambda kv: -kv[1].total())[:25]:
         write(f"{stages.total():7.1f} s  {test}")
+    functions: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for path in Path(PROFILE).glob("*.functions"):
+        if path.stat().st_mtime >= _started:
+            for name, counts in json.loads(path.read_text()).items():
+                functions[name].update(counts)
+    write("Functions JAX spent most on: seconds, times built, tests building them")
+    for name, c in sorted(functions.items(), key=lambda kv: -kv[1]["seconds"])[:40]:
+        write(f"{c['seconds']:7.1f} s {c['count']:5d} {len(c) - 2:4d}  {name}")

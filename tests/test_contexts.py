@@ -329,6 +329,23 @@ def test_the_inverse_weights_basis_is_computed_when_bound_not_in_the_first_trace
     assert count.count == 0, count
 
 
+def test_spaces_bound_to_models_of_one_structure_share_the_basis_program():
+    """The basis is one jitted function for every model: binding a space to another
+    System of the same env (loaded again: its MjModel, which Brax keeps in the pytree's
+    structure, is another object) traces and compiles nothing. Jitted per `bind`, it
+    was traced and compiled again for every env built (1.3 s for inverted_pendulum
+    on 2 cores), and the basis is the same."""
+    from metarl.compilation import count_compilations
+
+    space = {"mass": C.Scale(0.5, 1.5, per_element=True)}
+    first = _bind(space, sys=mjcf.loads(toy.XML))._setconst_basis
+    with count_compilations() as count:
+        again = _bind(space, sys=mjcf.loads(toy.XML))._setconst_basis
+    assert count.count == 0, count
+    for name in first:
+        np.testing.assert_array_equal(first[name], again[name], err_msg=name)
+
+
 # Bodies hanging off the world alone, where MuJoCo's inverse weights follow an
 # inertia scale exactly: one on a free joint, one on a ball joint at its centre of mass.
 FREE_AND_BALL_XML = """

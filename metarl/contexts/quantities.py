@@ -358,32 +358,42 @@ def _setconst_terms(sys, groups):
     return d, jac, d.ten_J, moment
 
 
+def _basis_terms(default, groups: tuple[str, ...]) -> dict[str, jax.Array]:
+    d, jac, ten_j, moment = _setconst_terms(default, groups)
+    jp = jac[:, 0]  # [nbody, 3, nv]
+    rj = jnp.einsum("bij,bin->bjn", d.ximat, jac[:, 1])  # R' Jr: principal axes
+    return {
+        "mass": jnp.einsum("bin,bim->bnm", jp, jp),
+        "inertia": jnp.einsum("bjn,bjm->bjnm", rj, rj),
+        "jac": jac,
+        "ten_J": ten_j,
+        "moment": moment,
+    }
+
+
+# One jitted function for every model: spaces bound to models of one structure (the
+# same env built again, with other contexts or another reset strategy) share its
+# trace and compiled program; a function jitted per call traced and compiled it at
+# every `bind` (1.3 s for inverted_pendulum on 2 CPU cores).
+_basis_program = jax.jit(_basis_terms, static_argnums=1)
+
+
 def setconst_basis(default, groups: tuple[str, ...]) -> dict[str, np.ndarray]:
     """What `setconst(default, sys, groups, basis)` needs of the default model, once:
     the Jacobians at qpos0 and the parts of M that each mass and each principal
     inertia multiply (mass [nbody, nv, nv], inertia [nbody, 3, nv, nv])."""
-
-    def terms(default):
-        d, jac, ten_j, moment = _setconst_terms(default, groups)
-        jp = jac[:, 0]  # [nbody, 3, nv]
-        rj = jnp.einsum("bij,bin->bjn", d.ximat, jac[:, 1])  # R' Jr: principal axes
-        return {
-            "mass": jnp.einsum("bin,bim->bnm", jp, jp),
-            "inertia": jnp.einsum("bjn,bjm->bjnm", rj, rj),
-            "jac": jac,
-            "ten_J": ten_j,
-            "moment": moment,
-        }
-
     # The model is the program's argument: closed over, its arrays were constants that
     # XLA folded through the whole computation when compiling it (8.1 s for
     # inverted_pendulum, now 3.7 s, on 2 CPU cores). On the host's CPU on every
     # platform: the same numbers everywhere, and no accelerator compile for constants.
     cpu = jax.local_devices(backend="cpu")[0]
+    if _brax(default):  # its MjModel, part of the pytree's structure, differs per instance
+        default = default.replace(mj_model=None)
 
     def basis():
         with jax.default_device(cpu):
-            return jax.tree.map(np.asarray, jax.jit(terms)(jax.device_put(default, cpu)))
+            out = _basis_program(jax.device_put(default, cpu), tuple(groups))
+            return jax.tree.map(np.asarray, out)
 
     try:  # outside any trace (`bind` asks for it): one program, which the persistent cache keeps
         return basis()

@@ -23,6 +23,7 @@ control step is ``n_frames`` physics steps of the *current* timestep, so
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import math
 import numbers
@@ -131,8 +132,8 @@ class MjcfEnv:
     def action_size(self) -> int:
         return int(self._mjx_model.nu)
 
-    @property
-    def observation_size(self) -> int:
+    @functools.cached_property
+    def observation_size(self) -> int:  # each reading traced the reset (check_env read it twice)
         return observation_size_of(self.reset)
 
     def using(self, model, task) -> contextlib.AbstractContextManager:

@@ -174,7 +174,7 @@ class PlaygroundSource:
                 "it would be ignored. Lengthen the control step in the env's config instead "
                 "(ctrl_dt, a multiple of sim_dt)"
             )
-        size = env.observation_size
+        size = self._observation_size = env.observation_size  # Playground's traces its reset
         if not isinstance(size, int):
             raise ValueError(
                 f"{type(env).__name__} observes a dict {dict(size)}; metarl's agents take one "
@@ -183,7 +183,7 @@ class PlaygroundSource:
 
     model = property(lambda self: self.env.mjx_model)
     task_params = property(lambda self: self._task)
-    observation_size = property(lambda self: self.env.observation_size)
+    observation_size = property(lambda self: self._observation_size)
     action_size = property(lambda self: self.env.action_size)
 
     def using(self, model, task):
