@@ -22,8 +22,10 @@ apart (the reset strategies, tests/test_autoreset.py) checks them to float
 rounding, as the host's CPU already changes how XLA rounds them. The two claims
 that compare two programs bit for bit (the default context against plain MJX,
 tests/test_model_envs.py; PPO with the pool against the loop,
-tests/test_autoreset.py) hold with XLA's defaults, and run in a process of their
-own with them (`with_xla_defaults`). Level 0 runs a program slower, so a test that
+tests/test_autoreset.py) hold with XLA's current emitters, and run in a process of
+their own with them (`with_xla_defaults`), at level 0 still: bit for bit there too,
+and 20 s (MJX) and 12 s (PPO) sooner than with XLA's defaults on 2 cores of an AMD
+EPYC on 2026-12-02. Level 0 runs a program slower, so a test that
 mostly trains (tests/test_ppo.py's hidden context, 96 -> 30 s with the cache full)
 runs in a process of its own without it (`drop=OPTIMIZED`). Set
 METARL_TEST_XLA_DEFAULTS=1 to run everything with XLA's defaults.
@@ -76,11 +78,11 @@ if os.environ.get("METARL_TEST_JAX_CACHE", "1") != "0":
     )
 
 
-def with_xla_defaults(module: str, call: str, drop: tuple[str, ...] = FAST_COMPILE) -> str:
+def with_xla_defaults(module: str, call: str, drop: tuple[str, ...] = FAST_COMPILE[:1]) -> str:
     """`repr` of ``module.call`` evaluated in a process of its own (the tests' folder
     importable) without the `drop` flags of FAST_COMPILE: by default with XLA's
-    defaults, for a claim that compares two programs bit for bit, which the older
-    emitters fuse differently; without level 0 alone (`OPTIMIZED`), for a test that
+    current emitters (at level 0), for a claim that compares two programs bit for bit,
+    which the older emitters fuse differently; without level 0 alone (`OPTIMIZED`), for a test that
     mostly runs its programs (level 0 runs a PPO training about 3x slower)."""
     flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if f not in drop)
     script = (

@@ -356,8 +356,8 @@ def test_ppo_trains_identically_with_the_pool():
     unroll_length fresh states refilled before each rollout ("stock"): a GRU agent,
     trials of 2 short episodes, new ranges between segments (set_ranges must empty the
     stock): parameters,
-    metrics and env states equal those of the loop. With XLA's defaults, in a process
-    of its own: with the older CPU emitters tests/conftest.py sets, the two training
+    metrics and env states equal those of the loop. With XLA's current CPU emitters, in
+    a process of its own: with the older emitters tests/conftest.py sets, the two training
     programs (one resets inside its steps, the other before them) fuse the agent's
     operations differently and part by 6e-11 after 6 iterations."""
     out = with_xla_defaults("test_autoreset", "_ppo_pool_against_loop()")

@@ -142,9 +142,9 @@ def _plain_mjx_difference() -> float:
 
 
 def test_default_context_reproduces_plain_mjx():
-    """Bit for bit the plain MJX simulation, with XLA's default flags: in a process
-    of its own, without the compile-time flag tests/conftest.py adds (with XLA's older
-    CPU emitters the two programs fuse differently and differ by 1.5e-6)."""
+    """Bit for bit the plain MJX simulation, with XLA's current CPU emitters: in a
+    process of its own, without the older emitters tests/conftest.py sets (with them
+    the two programs fuse differently and differ by 1.5e-6)."""
     out = conftest.with_xla_defaults("test_model_envs", "_plain_mjx_difference()")
     assert float(out) == 0.0, out
 
