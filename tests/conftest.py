@@ -25,10 +25,16 @@ tests/test_model_envs.py; PPO with the pool against the loop,
 tests/test_autoreset.py) hold with XLA's current emitters, and run in a process of
 their own with them (`with_xla_defaults`), at level 0 still: bit for bit there too,
 and 20 s (MJX) and 12 s (PPO) sooner than with XLA's defaults on 2 cores of an AMD
-EPYC on 2026-12-02. Level 0 runs a program slower, so a test that
-mostly trains (tests/test_ppo.py's hidden context, 96 -> 30 s with the cache full)
-runs in a process of its own without it (`drop=OPTIMIZED`). Set
-METARL_TEST_XLA_DEFAULTS=1 to run everything with XLA's defaults.
+EPYC on 2026-12-02. Level 0 runs a program slower, so PPO's
+training iteration, which mostly runs, compiles at XLA's default level 2 in the test
+processes (`_ITERATE_COMPILER_OPTIONS`, metarl/agents/ppo/training.py): the pendulum
+fixture's 7 segments of 40k steps took 6.5-8.0 s each at level 0 and 1.0-1.1 s at
+level 2, its first (compile included) 21.4 -> 17.1 s (AMD EPYC without AVX-512,
+2026-12-02); tests/test_ppo.py's hidden context, which trained in a process of its
+own at level 2 throughout, 334 -> 132 s in the test process. A test that mostly
+trains in a process of its own runs there without level 0 (`xla_flags_without(OPTIMIZED)`;
+tests/test_ppo.py's two devices, 69 -> 46 s). Set METARL_TEST_XLA_DEFAULTS=1 to run
+everything with XLA's defaults.
 
 METARL_TEST_PROFILE=<folder>: where the suite's time goes. Each worker writes the
 seconds JAX spent tracing, lowering and compiling for each test (JAX's own monitoring
@@ -49,13 +55,17 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 FAST_COMPILE = ("--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=0")
-OPTIMIZED = FAST_COMPILE[1:]  # `with_xla_defaults(..., drop=OPTIMIZED)`: the emitters kept
+OPTIMIZED = FAST_COMPILE[1:]  # `xla_flags_without(OPTIMIZED)`: the emitters kept
+_ADDED: list[str] = []  # the flags of FAST_COMPILE set here, not by the user
 if os.environ.get("METARL_TEST_XLA_DEFAULTS", "0") != "1":
     _flags = os.environ.get("XLA_FLAGS", "")
     for _flag in FAST_COMPILE:
         if _flag.partition("=")[0] not in _flags:  # a setting of the user's own wins
             _flags = f"{_flags} {_flag}".strip()
+            _ADDED.append(_flag)
     os.environ["XLA_FLAGS"] = _flags
 
 if os.environ.get("METARL_TEST_JAX_CACHE", "1") != "0":
@@ -78,13 +88,30 @@ if os.environ.get("METARL_TEST_JAX_CACHE", "1") != "0":
     )
 
 
-def with_xla_defaults(module: str, call: str, drop: tuple[str, ...] = FAST_COMPILE[:1]) -> str:
+@pytest.fixture(autouse=True, scope="session")
+def _optimized_training():
+    """PPO's training iteration compiled at XLA's default level (level 0 runs it 3-6x
+    slower) wherever level 0 is the tests' own setting, not the user's."""
+    if OPTIMIZED[0] not in _ADDED:
+        yield
+        return
+    from metarl.agents.ppo import training
+
+    training._ITERATE_COMPILER_OPTIONS = {"xla_backend_optimization_level": 2}  # noqa: SLF001
+    yield
+    training._ITERATE_COMPILER_OPTIONS = None  # noqa: SLF001
+
+
+def xla_flags_without(drop: tuple[str, ...]) -> str:
+    """XLA_FLAGS without the `drop` flags (for a process of a test's own)."""
+    return " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if f not in drop)
+
+
+def with_xla_defaults(module: str, call: str) -> str:
     """`repr` of ``module.call`` evaluated in a process of its own (the tests' folder
-    importable) without the `drop` flags of FAST_COMPILE: by default with XLA's
-    current emitters (at level 0), for a claim that compares two programs bit for bit,
-    which the older emitters fuse differently; without level 0 alone (`OPTIMIZED`), for a test that
-    mostly runs its programs (level 0 runs a PPO training about 3x slower)."""
-    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if f not in drop)
+    importable) with XLA's current emitters (at level 0), for a claim that compares two
+    programs bit for bit, which the older emitters fuse differently."""
+    flags = xla_flags_without(FAST_COMPILE[:1])
     script = (
         f"import sys; sys.path.insert(0, sys.argv[1]); import {module} as t; print(repr(t.{call}))"
     )

@@ -1,7 +1,6 @@
 """PPO: losses, configuration, learning, zero recompilation, bit-exact resume,
 discrete actions and data parallelism."""
 
-import ast
 import json
 import os
 import re
@@ -17,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from brax.envs.base import State
-from conftest import OPTIMIZED, with_xla_defaults
+from conftest import OPTIMIZED, xla_flags_without
 
 from metarl import checkpoint
 from metarl import contexts as C
@@ -294,7 +293,8 @@ def test_checkpoint_resume_is_bit_exact(tmp_path, strategy):
     holds most (the pool: the next fresh state of every env, and whether it is ready;
     the stock: unroll_length of them, the reset count at the last refill), restored too.
     The stock's checkpoint also resumes into a shallower stock (`stock_depth` 2,
-    refilled 4 times a rollout) and continues as the run that was not interrupted."""
+    refilled 4 times a rollout) and continues as the run that was not interrupted, to
+    float rounding: that is another program, which XLA may round otherwise."""
     env = make_contextual("inverted_pendulum", GRAVITY, episode_length=200, reset_strategy=strategy)
     config = ppo.PPOConfig(
         num_envs=32, unroll_length=8, num_minibatches=4, core="gru", hidden_size=16
@@ -341,9 +341,16 @@ def test_checkpoint_resume_is_bit_exact(tmp_path, strategy):
             env=es.env.replace(info={k: v for k, v in es.env.info.items() if k != POOL})
         )
         resumed.append(((a_ts, unstocked(a_es)), (c_ts, unstocked(c_es))))
-    for a, b in resumed:
-        for x, y in zip(jax.tree.leaves(to_numpy(a)), jax.tree.leaves(to_numpy(b)), strict=True):
-            np.testing.assert_array_equal(x, y)
+    a, b = resumed[0]
+    for x, y in zip(jax.tree.leaves(to_numpy(a)), jax.tree.leaves(to_numpy(b)), strict=True):
+        np.testing.assert_array_equal(x, y)
+    for a, c in resumed[1:]:  # another program (4 refills a rollout): XLA may round it
+        # otherwise (at its default level, 3.7e-9 apart here; bit for bit at level 0)
+        for x, y in zip(jax.tree.leaves(to_numpy(a)), jax.tree.leaves(to_numpy(c)), strict=True):
+            if np.issubdtype(x.dtype, np.floating):
+                np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+            else:
+                np.testing.assert_array_equal(x, y)
 
 
 def test_the_stock_fits_the_devices_memory():
@@ -442,17 +449,12 @@ def _hidden_sign_returns(core: str) -> np.ndarray:
     return result.mean
 
 
-def _hidden_sign_returns_of_both() -> tuple[list[float], list[float]]:
-    return tuple(_hidden_sign_returns(core).tolist() for core in ("mlp", "gru"))
-
-
 @pytest.mark.slow
 def test_recurrent_agent_infers_a_hidden_context_the_mlp_cannot():
-    # In a process of its own, optimized by XLA: its two trainings of 150k steps
-    # mostly run, and at the tests' optimization level 0 (tests/conftest.py) took
-    # 120 s (96 s with the compilation cache full), so 53 s (30 s).
-    out = with_xla_defaults("test_ppo", "_hidden_sign_returns_of_both()", drop=OPTIMIZED)
-    mlp, gru = (np.asarray(r) for r in ast.literal_eval(out))
+    # In the test process: its trainings compile at XLA's level 2, its envs' other
+    # programs at level 0 (tests/conftest.py). Cold, 132 s on an AMD EPYC without
+    # AVX-512 (2026-12-02); in a process of its own at level 2 throughout, 334 s.
+    mlp, gru = (_hidden_sign_returns(core) for core in ("mlp", "gru"))
     print(f"hidden motor sign, eval return per sign (-1, +1): mlp {mlp}, gru {gru}")
     # A memoryless policy cannot tell the signs apart: it does well on at most one.
     assert gru.min() > mlp.min() + 20
@@ -517,10 +519,11 @@ def test_data_parallel_training_on_two_devices():
     # machine too, where JAX would otherwise pick the one GPU.
     # Without the persistent cache: a cached executable loaded into a process of another
     # device count is the likeliest cause of a crash (signal 11) seen on JAX 0.11.2;
-    # faulthandler prints the Python stack of such a crash.
+    # faulthandler prints the Python stack of such a crash. It mostly trains: without
+    # the tests' level 0 (tests/conftest.py).
     out = subprocess.run(
         [sys.executable, "-X", "faulthandler", "-c", MULTI_DEVICE],
-        env=_cpu_env(JAX_NUM_CPU_DEVICES="2"),
+        env=_cpu_env(JAX_NUM_CPU_DEVICES="2", XLA_FLAGS=xla_flags_without(OPTIMIZED)),
         capture_output=True,
         text=True,
         timeout=900,
