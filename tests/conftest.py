@@ -25,9 +25,10 @@ tests/test_model_envs.py; PPO with the pool against the loop,
 tests/test_autoreset.py) hold with XLA's current emitters, and run in a process of
 their own with them (`with_xla_defaults`), at level 0 still: bit for bit there too,
 and 20 s (MJX) and 12 s (PPO) sooner than with XLA's defaults on 2 cores of an AMD
-EPYC on 2026-12-02. Level 0 runs a program slower, so PPO's
-training iteration, which mostly runs, compiles at XLA's default level 2 in the test
-processes (`_ITERATE_COMPILER_OPTIONS`, metarl/agents/ppo/training.py): the pendulum
+EPYC on 2026-12-02. Level 0 runs a program slower, so in a test that
+trains long PPO's training iteration compiles at XLA's default level 2
+(`optimized_training`, through metarl/agents/ppo/training.py's
+`_ITERATE_COMPILER_OPTIONS`): the pendulum
 fixture's 7 segments of 40k steps took 6.5-8.0 s each at level 0 and 1.0-1.1 s at
 level 2, its first (compile included) 21.4 -> 17.1 s (AMD EPYC without AVX-512,
 2026-12-02); tests/test_ppo.py's hidden context, which trained in a process of its
@@ -45,6 +46,7 @@ shows what CI pays.
 """
 
 import collections
+import contextlib
 import importlib.util
 import json
 import logging
@@ -54,8 +56,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import pytest
 
 FAST_COMPILE = ("--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=0")
 OPTIMIZED = FAST_COMPILE[1:]  # `xla_flags_without(OPTIMIZED)`: the emitters kept
@@ -88,18 +88,22 @@ if os.environ.get("METARL_TEST_JAX_CACHE", "1") != "0":
     )
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _optimized_training():
-    """PPO's training iteration compiled at XLA's default level (level 0 runs it 3-6x
-    slower) wherever level 0 is the tests' own setting, not the user's."""
-    if OPTIMIZED[0] not in _ADDED:
-        yield
-        return
+@contextlib.contextmanager
+def optimized_training():
+    """Inside: the PPO spaces built (`make_train_space`, `train`) compile their training
+    iteration at XLA's level 2 where level 0 is the tests' own setting, not the user's:
+    for a test that trains long, whose iteration level 0 runs 6x slower. A test that
+    trains briefly keeps level 0: its iteration compiles faster there
+    (tests/test_recurrent_ppo.py, cold: 139 s at level 0, 152 s at level 2)."""
     from metarl.agents.ppo import training
 
-    training._ITERATE_COMPILER_OPTIONS = {"xla_backend_optimization_level": 2}  # noqa: SLF001
-    yield
-    training._ITERATE_COMPILER_OPTIONS = None  # noqa: SLF001
+    before = training._ITERATE_COMPILER_OPTIONS  # noqa: SLF001
+    if OPTIMIZED[0] in _ADDED:
+        training._ITERATE_COMPILER_OPTIONS = {"xla_backend_optimization_level": 2}  # noqa: SLF001
+    try:
+        yield
+    finally:
+        training._ITERATE_COMPILER_OPTIONS = before  # noqa: SLF001
 
 
 def xla_flags_without(drop: tuple[str, ...]) -> str:

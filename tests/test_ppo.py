@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from brax.envs.base import State
-from conftest import OPTIMIZED, xla_flags_without
+from conftest import OPTIMIZED, optimized_training, xla_flags_without
 
 from metarl import checkpoint
 from metarl import contexts as C
@@ -95,7 +95,8 @@ def test_invalid_config_raises(kwargs, message):
 @pytest.fixture(scope="module")
 def pendulum():
     env = make_contextual("inverted_pendulum", GRAVITY, episode_length=1000)
-    space = ppo.make_train_space(env, PENDULUM)
+    with optimized_training():  # 280k steps: level 0 would run them 6x slower
+        space = ppo.make_train_space(env, PENDULUM)
     ts = ppo.init_training_state(space, jax.random.key(0))
     es = ppo.init_env_state(space, jax.random.key(1))
     history = []
@@ -413,7 +414,8 @@ def test_categorical_policy_learns_to_push_right():
         policy_hidden=(32,),
         value_hidden=(32,),
     )
-    space, ts, history = ppo.train(env, config, 60_000, segments=3)
+    with optimized_training():
+        space, ts, history = ppo.train(env, config, 60_000, segments=3)
     result = E.Evaluator(env, episodes=1, max_contexts=2).evaluate(
         ppo.make_policy(space, ts), E.in_distribution(env.space, 2), jax.random.key(0)
     )
@@ -441,7 +443,8 @@ def _hidden_sign_returns(core: str) -> np.ndarray:
     )
     # Config seeds 0-3 at this budget (eval return per sign): gru min 94-107; mlp
     # min -5 to 23, its other sign 93-122.
-    trained, ts, _ = ppo.train(env, config, 150_000, segments=2)
+    with optimized_training():
+        trained, ts, _ = ppo.train(env, config, 150_000, segments=2)
     signs = E.ContextSet("train", {"actuator_gain": np.array([-1.0, 1.0], np.float32)})
     result = E.Evaluator(env, episodes=4, max_contexts=2).evaluate(
         ppo.make_policy(trained, ts), signs, jax.random.key(3)
@@ -451,8 +454,8 @@ def _hidden_sign_returns(core: str) -> np.ndarray:
 
 @pytest.mark.slow
 def test_recurrent_agent_infers_a_hidden_context_the_mlp_cannot():
-    # In the test process: its trainings compile at XLA's level 2, its envs' other
-    # programs at level 0 (tests/conftest.py). Cold, 132 s on an AMD EPYC without
+    # In the test process: its trainings compile at XLA's level 2 (`optimized_training`),
+    # its envs' other programs at level 0 (tests/conftest.py). Cold, 132 s on an AMD EPYC without
     # AVX-512 (2026-12-02); in a process of its own at level 2 throughout, 334 s.
     mlp, gru = (_hidden_sign_returns(core) for core in ("mlp", "gru"))
     print(f"hidden motor sign, eval return per sign (-1, +1): mlp {mlp}, gru {gru}")

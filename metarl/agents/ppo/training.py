@@ -33,10 +33,9 @@ from metarl.parallel import AXIS, data_mesh
 from metarl.trees import check_alive
 
 # XLA's options for compiling the training iteration (`jax.jit`'s `compiler_options`);
-# None: XLA_FLAGS alone decide. The tests compile their other programs at XLA's
-# optimization level 0, which compiles an env's programs faster but runs a training
-# 3-6x slower, and the iteration, which mostly runs, at XLA's default level
-# (tests/conftest.py).
+# None: XLA_FLAGS alone decide. The tests compile at XLA's optimization level 0, which
+# compiles an env's programs faster but runs a training 6x slower, and a test that
+# trains long sets XLA's default level here (tests/conftest.py, `optimized_training`).
 _ITERATE_COMPILER_OPTIONS: dict[str, Any] | None = None
 
 
