@@ -477,10 +477,11 @@ MULTI_DEVICE = textwrap.dedent(
     space = ppo.make_train_space(env, config)
     ts = ppo.init_training_state(space, jax.random.key(0))
     es = ppo.init_env_state(space, jax.random.key(1))
-    returns = []
+    returns, episodes = [], []
     for _ in range(6):
         ts, es, m = ppo.run_train(space, ts, es, 40_000)
-        returns.append(m["episode_return"])
+        returns.append(m["episode_return"])  # NaN where no episode ended
+        episodes.append(m["episodes"])
     leaves = jax.tree.leaves(ts.params)
     shards = [[np.asarray(s.data) for s in x.addressable_shards] for x in leaves]
     same = all(np.array_equal(a, b) for a, b in shards)
@@ -507,7 +508,7 @@ MULTI_DEVICE = textwrap.dedent(
         jax.random.key(7))
     print(json.dumps({"devices": space.num_devices, "params_identical": same,
                       "obs_shards": [list(s.data.shape) for s in obs.addressable_shards],
-                      "returns": returns, "losses_match": losses_match,
+                      "returns": returns, "episodes": episodes, "losses_match": losses_match,
                       "orders": np.asarray(orders).tolist()}))
     """
 )
@@ -541,7 +542,11 @@ def test_data_parallel_training_on_two_devices():
     for order in (a, b):  # each a shuffle of the device's 64 envs into 4 minibatches
         assert order.shape == (4, 16) and sorted(order.ravel()) == list(range(64))
     assert not np.array_equal(a, b)
-    assert report["returns"][-1] > 5 * report["returns"][0], report["returns"]
+    # It learns: the last segment's episodes return 5x the first's, or none ended (NaN):
+    # all 128 envs balanced through its 312 steps each, where the first's lasted ~20.
+    first, last = report["returns"][0], report["returns"][-1]
+    assert report["episodes"][0] > 0, report
+    assert last > 5 * first or report["episodes"][-1] == 0, report
 
 
 def _cpu_env(**extra: str) -> dict[str, str]:
