@@ -66,7 +66,8 @@ def PerformanceGated(  # noqa: N802
         (a relative 90 is refused as a percentage).
       relative: see threshold.
       metric: the results key read by `update`: "eval_return" (default) or
-        "episode_return".
+        "episode_return" (the training episodes that end within the segment:
+        `experiment.run` refuses a segment shorter than one episode per env).
     """
     who = "PerformanceGated"
     start, step, threshold = _check_args(who, start, step, threshold, relative, metric)

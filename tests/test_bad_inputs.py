@@ -752,6 +752,28 @@ def test_an_adr_segment_too_short_for_whole_trials_is_refused_before_anything_ru
     assert not (tmp_path / "a").exists() and not (tmp_path / "v").exists()
 
 
+def test_a_gate_on_the_training_return_with_a_segment_shorter_than_an_episode_is_refused(
+    tmp_path,
+):
+    # Puck's episodes last 20 steps here; SMALL trains 8 envs x 4 steps per iteration. The
+    # training return averages the episodes that end within a segment: with 16 steps per
+    # env none need end, and the gate would read NaN and hold for good.
+    def exp(metric):
+        gate = curricula.PerformanceGated(0.5, 0.25, 1.0, metric=metric)
+        return experiment.Experiment(env(), G, gate, ppo.PPOConfig(**SMALL))
+
+    gated = exp("episode_return")
+    with pytest.raises(
+        ValueError,
+        match=r"16 steps per segment, under one episode of 20.*"
+        r"steps_per_segment >= 160, or metric='eval_return'",
+    ):
+        experiment.run(gated, logdir=tmp_path / "g", segments=1, steps_per_segment=128, seed=0)
+    assert not (tmp_path / "g").exists()
+    experiment.check_segment_length(gated, 160)  # 5 iterations: 20 steps per env
+    experiment.check_segment_length(exp("eval_return"), 64)  # evaluated on whole episodes
+
+
 def test_a_stock_depth_that_auto_leaves_unused_on_this_device_warns():
     """The same config stocks on a GPU, where "auto" is the stock; on a CPU it is the
     loop, and the depth is unused: said, not silently."""
