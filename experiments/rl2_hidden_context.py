@@ -5,7 +5,9 @@ an agent that remembers its actions and rewards can, and keeps that knowledge
 for the trial's later episodes. Same budget for both; evaluated in
 distribution, between the training gains and beyond them, with the return of
 each episode of a trial logged (eval/<split>/episode_<i>/return): the
-adaptation curve.
+adaptation curve. A third variant, the "oracle", is the MLP observing the
+context (`visible_context=True`): what knowing the motor from the first step
+is worth, the bound a memory that infers it can approach.
 
     python experiments/rl2_hidden_context.py --logdir runs/rl2
 """
@@ -51,7 +53,8 @@ class Config(experiment.RunArgs):
 
 
 def variants(cfg: Config) -> dict[str, experiment.Experiment]:
-    """The two agents, "mlp" and "gru", on the same env and budget."""
+    """The agents on the same task and budget: "mlp" and "gru" observe the same
+    (the context hidden), "oracle" is the mlp with the context observed."""
     if (cfg.ppo.core, cfg.ppo.rl2_inputs) != ("gru", True):
         raise SystemExit(
             "--ppo.core and --ppo.rl2-inputs are set by each variant of this script "
@@ -62,27 +65,38 @@ def variants(cfg: Config) -> dict[str, experiment.Experiment]:
     )
     # Relative motor gain: the sign flips the push, the magnitude scales it.
     target = C.ContextSpace({"actuator_gain": C.Choice([-1.0, -0.5, 0.5, 1.0], relative=True)})
-    env = make_contextual(
-        "puck",
-        target,
-        episode_length=cfg.episode_length,
-        episodes_per_trial=cfg.episodes_per_trial,
-        velocity_in_obs=False,
-    )
+
+    def env(visible: bool):
+        return make_contextual(
+            "puck",
+            target,
+            episode_length=cfg.episode_length,
+            episodes_per_trial=cfg.episodes_per_trial,
+            velocity_in_obs=False,
+            visible_context=visible,
+        )
+
+    gru = cfg.seeded(cfg.ppo)
+    mlp = dataclasses.replace(gru, **memoryless)
+    hidden = env(False)
+    agents = {"mlp": (hidden, mlp), "gru": (hidden, gru), "oracle": (env(True), mlp)}
     return {
-        core: experiment.Experiment(
-            env=env,
+        name: experiment.Experiment(
+            env=e,
             target=target,
             curriculum=curricula.LinearWidening(start=1.0, segments=1),  # fixed ranges
-            ppo=dataclasses.replace(cfg.seeded(cfg.ppo), **(memoryless if core == "mlp" else {})),
+            ppo=ppo,
             eval=cfg.eval,
         )
-        for core in ("mlp", "gru")
+        for name, (e, ppo) in agents.items()
     }
 
 
 def main(cfg: Config) -> dict[str, list[dict]]:
-    return experiment.run_variants(variants(cfg), **cfg.run_kwargs(), hparams=cfg)
+    results = experiment.run_variants(variants(cfg), **cfg.run_kwargs(), hparams=cfg)
+    # How far the memory is from knowing the motor: the gru against the oracle.
+    experiment.print_comparison({k: results[k] for k in ("oracle", "gru")}, cfg.logdir)
+    return results
 
 
 if __name__ == "__main__":

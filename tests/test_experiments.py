@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import jax
+import numpy as np
 import pytest
 import tyro
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -120,10 +122,12 @@ def _script(name: str):
 def test_rl2_hidden_context_takes_its_flags_for_the_variant_they_fit():
     """--ppo.reset-every-episode was refused while parsing (the config it set was
     the mlp's, which has nothing to reset): it is the gru's ablation, and the mlp
-    variant keeps no memory whatever the flags."""
+    variant keeps no memory whatever the flags. The oracle is the mlp observing
+    the context."""
     rl2 = _script("rl2_hidden_context")
     cfg = tyro.cli(rl2.Config, args=["--ppo.reset-every-episode", "--ppo.hidden-size", "16"])
-    mlp, gru = (rl2.variants(cfg)[k].ppo for k in ("mlp", "gru"))
+    variants = rl2.variants(cfg)
+    mlp, gru = (variants[k].ppo for k in ("mlp", "gru"))
     assert (gru.core, gru.rl2_inputs, gru.reset_every_episode, gru.hidden_size) == (
         "gru", True, True, 16
     )  # fmt: skip
@@ -133,6 +137,20 @@ def test_rl2_hidden_context_takes_its_flags_for_the_variant_they_fit():
     }
     with pytest.raises(SystemExit, match="set by each variant"):
         rl2.variants(tyro.cli(rl2.Config, args=["--ppo.no-rl2-inputs"]))
+    # The oracle: the mlp's config on the same task, observing the motor gain it is
+    # drawn with (the last observation entry), which the other two never see.
+    oracle = variants["oracle"]
+    assert oracle.ppo == mlp and oracle.target == variants["mlp"].target
+    hidden, seen = variants["mlp"].env, oracle.env
+    assert (hidden.visible_context, seen.visible_context) == (False, True)
+    state = jax.jit(jax.vmap(seen.reset))(jax.random.split(jax.random.key(0), 64))
+    gain = np.asarray(state.info["context"]["actuator_gain"]).reshape(64)
+    obs = np.asarray(state.obs)
+    assert obs.shape[-1] == hidden.observation_size + 1
+    assert len(np.unique(gain)) == 4  # every sign and strength drawn
+    for g in np.unique(gain):  # one observed value per drawn gain, a different one each
+        assert len(np.unique(obs[gain == g, -1])) == 1
+    assert len(np.unique(obs[:, -1])) == 4
 
 
 def test_random_contexts_lists_each_episode_with_the_context_it_ran_in(capsys):
