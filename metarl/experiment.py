@@ -989,10 +989,17 @@ def _comparison(
     if not isinstance(last.get("train_return"), list) or not others:
         return None
     cols = [c for c in list(_columns(1))[2:] if isinstance(last.get(c), list)]
-    return {
+    diffs = {
         name: {c: stats.difference(rows[-1][c], last[c], paired=True) for c in cols}
         for name, rows in others
     }
+    for name, rows in others:  # the adaptation curve, episode by episode, where both have one
+        mine, base_curve = rows[-1].get("episodes"), last.get("episodes")
+        if mine is not None and base_curve is not None and len(mine) == len(base_curve):
+            diffs[name]["episodes"] = [
+                stats.difference(a, b, paired=True) for a, b in zip(mine, base_curve, strict=True)
+            ]
+    return diffs
 
 
 # ---- tables ----
@@ -1035,14 +1042,29 @@ def print_table(rows: list[dict], logdir: str | os.PathLike) -> None:
     for row in rows:
         print(_line(_cells(row, num_seeds), num_seeds))
     if "episodes" in rows[-1]:
-        curve = "  ".join(f"{i}: {_cell(v)}" for i, v in enumerate(rows[-1]["episodes"], 1))
-        print(f"\nAdaptation curve (eval train, return of episode i of a trial): {curve}")
+        curve = _adaptation_curve(rows[-1]["episodes"])
+        print(f"\n{curve[0].upper()}{curve[1:]}")
     if num_seeds > 1 and "train" in rows[-1]:
         finals = " ".join(f"{v:.1f}" for v in rows[-1]["train"])
         print(f"\nFinal eval train return per seed: {finals}")
     if cut := _nonfinite_note(rows[-1]):
         print(f"\n{cut}")
     print(f"\nDashboard: tensorboard --logdir {logdir}")
+
+
+def _adaptation_curve(episodes: list) -> str:
+    """The return of each episode of a trial (eval train) and, over several seeds,
+    each later episode's paired difference from the first: what the trial's earlier
+    episodes taught the agent (`stats.difference(paired=True)`: seed by seed)."""
+    curve = "  ".join(f"{i}: {_cell(v)}" for i, v in enumerate(episodes, 1))
+    text = f"adaptation curve (eval train, return of episode i of a trial): {curve}"
+    if isinstance(episodes[0], list) and len(episodes) > 1:
+        gains = "  ".join(
+            f"{i}: {stats.format_difference(stats.difference(v, episodes[0], paired=True))}"
+            for i, v in enumerate(episodes[1:], 2)
+        )
+        text += f"; episode i minus episode 1, paired by seed: {gains}"
+    return text
 
 
 def _nonfinite_note(row: dict) -> str:
@@ -1104,10 +1126,15 @@ def print_comparison(
         print(_line(["variant", *[_columns(1)[c] for c in shown]], num_seeds))
         for name, cells in diffs.items():
             print(_line([name, *(stats.format_difference(cells[c]) for c in shown)], num_seeds))
+        for name, cells in diffs.items():
+            if "episodes" in cells:
+                curve = "  ".join(
+                    f"{i}: {stats.format_difference(d)}" for i, d in enumerate(cells["episodes"], 1)
+                )
+                print(f"{name} minus {base}, eval train by episode i of a trial: {curve}")
     for name, rows in results.items():
         if "episodes" in rows[-1]:
-            curve = "  ".join(f"{i}: {_cell(v)}" for i, v in enumerate(rows[-1]["episodes"], 1))
-            print(f"{name} adaptation curve (eval train, episode i of a trial): {curve}")
+            print(f"{name} {_adaptation_curve(rows[-1]['episodes'])}")
         if cut := _nonfinite_note(rows[-1]):
             print(f"{name}: {cut}")
     print(f"\nDashboard: tensorboard --logdir {logdir}")

@@ -925,6 +925,33 @@ def test_a_comparison_of_variants_prints_paired_differences_from_the_first(tmp_p
     assert "No differences between variants: one seed each gives no interval" in out
 
 
+def test_adaptation_curves_are_compared_episode_by_episode(tmp_path, capsys):
+    """An agent that learns within a trial: its later episodes minus its first, and
+    each episode against the first variant's, paired by seed. A memory that infers
+    the context loses to an oracle in the first episode only, which the trial's
+    mean hides (rl2_hidden_context: -11 [-16, -7], then -1 [-3, 2])."""
+    luck = [100.0, 300.0, 200.0, 400.0, 250.0]
+
+    def rows(first, later):
+        curve = [[x + gain + 0.1 * k for k, x in enumerate(luck)] for gain in (first, later)]
+        mean = list(np.mean(curve, axis=0))
+        return [{"segment": 1, "env_steps": 8, "train_return": mean, "train": mean,
+                 "episodes": curve}]  # fmt: skip
+
+    experiment.print_comparison({"oracle": rows(40.0, 40.0), "gru": rows(30.0, 40.0)}, tmp_path)
+    out = capsys.readouterr().out
+    assert "gru minus oracle, eval train by episode i of a trial: 1: -10 [-10, -10]  " in out
+    assert "2: +0 [0, 0]" in out.split("gru minus oracle")[1].splitlines()[0]
+    gru = next(x for x in out.splitlines() if x.startswith("gru adaptation curve"))
+    assert gru.endswith("episode i minus episode 1, paired by seed: 2: +10 [10, 10]")
+    oracle = next(x for x in out.splitlines() if x.startswith("oracle adaptation curve"))
+    assert oracle.endswith("paired by seed: 2: +0 [0, 0]")
+    one = [{"segment": 1, "env_steps": 8, "train_return": 1.0, "episodes": [1.0, 2.0]}]
+    experiment.print_table(one, tmp_path)  # one seed: the curve, no interval
+    out = capsys.readouterr().out
+    assert "Adaptation curve (eval train, return of episode i of a trial): 1: 1.0  2: 2.0\n" in out
+
+
 def test_variants_of_other_seeds_are_not_paired(tmp_path, capsys):
     """Rows record their seeds: runs of seeds 0-4 and 10-14 printed as "paired by seed"
     differences whose pairing meant nothing (a Welch interval of -9 [-18, 0] showed as
