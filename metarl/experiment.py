@@ -979,10 +979,11 @@ def _same_held_out(a: Experiment, b: Experiment, seeds: list[int]) -> bool:
 
 def _comparison(
     results: dict[str, list[dict]], apart: Sequence[str] = ()
-) -> dict[str, dict[str, stats.Difference]] | None:
+) -> dict[str, dict[str, stats.Difference | list[stats.Difference]]] | None:
     """Each variant's last-segment scores minus the first variant's, per split and
-    gap, paired by seed (`metarl.stats.difference`); None with one seed (no CI).
-    Variants named in `apart` (held-out sets not the first one's) are left out."""
+    gap, paired by seed (`metarl.stats.difference`), and under "episodes" one per
+    episode of a trial where both have an adaptation curve; None with one seed (no
+    CI). Variants named in `apart` (held-out sets not the first one's) are left out."""
     (base, base_rows), *others = results.items()
     others = [(name, rows) for name, rows in others if name not in apart]
     last = base_rows[-1]
