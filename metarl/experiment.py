@@ -1060,12 +1060,14 @@ def _adaptation_curve(episodes: list) -> str:
     curve = "  ".join(f"{i}: {_cell(v)}" for i, v in enumerate(episodes, 1))
     text = f"adaptation curve (eval train, return of episode i of a trial): {curve}"
     if isinstance(episodes[0], list) and len(episodes) > 1:
-        gains = "  ".join(
-            f"{i}: {stats.format_difference(stats.difference(v, episodes[0], paired=True))}"
-            for i, v in enumerate(episodes[1:], 2)
-        )
-        text += f"; episode i minus episode 1, paired by seed: {gains}"
+        gains = [stats.difference(v, episodes[0], paired=True) for v in episodes[1:]]
+        text += f"; episode i minus episode 1, paired by seed: {_numbered(gains, 2)}"
     return text
+
+
+def _numbered(diffs: list[stats.Difference], first: int) -> str:
+    """``"1: +3 [1, 5]  2: ..."``: differences per episode, numbered from `first`."""
+    return "  ".join(f"{i}: {stats.format_difference(d)}" for i, d in enumerate(diffs, first))
 
 
 def _nonfinite_note(row: dict) -> str:
@@ -1086,8 +1088,9 @@ def print_comparison(
 ) -> None:
     """One line per variant: its last segment's returns on every split; with
     several seeds, then each variant's difference from the first one, paired by
-    seed, except for the variants in `apart`, whose held-out sets are not the
-    first one's, and those whose rows record other seeds than the first one's."""
+    seed (episode by episode too, for an adaptation curve), except for the
+    variants in `apart`, whose held-out sets are not the first one's, and those
+    whose rows record other seeds than the first one's."""
     cols = list(_columns(1))[2:]
     first = next(iter(results.values()))[-1].get("train_return")
     num_seeds = len(first) if isinstance(first, list) else 1
@@ -1129,9 +1132,7 @@ def print_comparison(
             print(_line([name, *(stats.format_difference(cells[c]) for c in shown)], num_seeds))
         for name, cells in diffs.items():
             if "episodes" in cells:
-                curve = "  ".join(
-                    f"{i}: {stats.format_difference(d)}" for i, d in enumerate(cells["episodes"], 1)
-                )
+                curve = _numbered(cells["episodes"], 1)
                 print(f"{name} minus {base}, eval train by episode i of a trial: {curve}")
     for name, rows in results.items():
         if "episodes" in rows[-1]:
