@@ -425,8 +425,10 @@ class Evaluator:
         init = (jnp.int32(0), state, carry, returns, nonfinite, jnp.ones((n,), bool))
         return jax.lax.while_loop(cond, body, init)[3:5]
 
-    def evaluate(self, policy, contexts: ContextSet, key: jax.Array) -> EvalResult:
-        """Mean and std of episode returns per context (deterministic for a fixed key).
+    def ranges(self, contexts: ContextSet) -> tuple[ContextSpace, int]:
+        """(ranges, C): per-env ranges [max_contexts * trials] that run context i of
+        `contexts` in envs i * trials .. (i + 1) * trials - 1 (contexts past C repeat
+        the last one), checked against the env's space and physical limits.
 
         `contexts` gives every name of the env's space a value (a name left out would
         be drawn from the training range, not held out) and no other name."""
@@ -449,6 +451,12 @@ class Evaluator:
         except ValueError as e:
             raise ValueError(f"context set {contexts.split!r}: {e}") from None
         ranges = jax.tree.map(lambda x: np.repeat(x, self.trials, axis=0), points)
+        return ranges, c
+
+    def evaluate(self, policy, contexts: ContextSet, key: jax.Array) -> EvalResult:
+        """Mean and std of episode returns per context (deterministic for a fixed key);
+        `contexts` as `ranges` takes them."""
+        ranges, c = self.ranges(contexts)
         raw, cut = map(np.asarray, self._run(policy, ranges, key))  # [contexts * trials, k]
         per_context = raw.reshape(self.max_contexts, -1)[:c]  # [c, trials * k = episodes]
         per_trial = raw.reshape(self.max_contexts, self.trials, -1)[:c]

@@ -62,6 +62,7 @@ from metarl.rundir import (
     RESUME_MODES,
     RUN_FILE,
     check_identity,
+    check_recorded,
     describe_run,
     exclusive,
     run_logdirs,
@@ -442,6 +443,19 @@ class Run:
             self.exp, self.logdir, hparams, self.num_seeds, self.seed, steps_per_segment,
             segments, resume,
         )  # fmt: skip
+        self._init_states()
+        exp = self.exp
+        self.eval_keys = [_stream(s, _EVAL) for s in self.seeds]
+        self.now_keys = [_stream(s, _NOW) for s in self.seeds]
+        # each seed's own held-out contexts: the seeds' scores are then independent
+        # draws of the training and of the evaluation contexts, and the CI over seeds
+        # covers both (one shared set shifted every seed alike: reacher 47 [43, 50] on
+        # one draw of 6 contexts, 36 [27, 42] on another, the policies unchanged)
+        self.sets = [held_out_sets(exp, s) for s in self.seeds]
+        self.grid = E.grid(exp.target, self.compiled.grid_axes)
+
+    def _init_states(self) -> None:
+        """The training, curriculum and env states the run starts from."""
         exp = self.exp
         keys = ppo.seed_keys(self.seed, self.num_seeds if self.num_seeds > 1 else None)
         k_train, k_env, k_cur = ppo.split_keys(keys, 3)
@@ -454,14 +468,15 @@ class Run:
             for k in k_cur
         ]
         self.es = ppo.init_env_state(self.space, k_env, self._ranges())
-        self.eval_keys = [_stream(s, _EVAL) for s in self.seeds]
-        self.now_keys = [_stream(s, _NOW) for s in self.seeds]
-        # each seed's own held-out contexts: the seeds' scores are then independent
-        # draws of the training and of the evaluation contexts, and the CI over seeds
-        # covers both (one shared set shifted every seed alike: reacher 47 [43, 50] on
-        # one draw of 6 contexts, 36 [27, 42] on another, the policies unchanged)
-        self.sets = [held_out_sets(exp, s) for s in self.seeds]
-        self.grid = E.grid(exp.target, self.compiled.grid_axes)
+
+    def policies(self) -> list[ppo.Policy]:
+        """Each seed's policy at the run's current training state."""
+        return [
+            ppo.make_policy(
+                self.space, self.ts if self.num_seeds == 1 else ppo.select_seed(self.ts, i)
+            )
+            for i in range(self.num_seeds)
+        ]
 
     def _ranges(self) -> Any:
         return self._per_seed([self.exp.curriculum.ranges(c) for c in self.cstates])
@@ -841,6 +856,56 @@ def run(
     if table:
         print_table(r.rows, logdir)
     return r.rows
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedRun:
+    """A run's agents read back from its checkpoint (`load_run`), one per seed."""
+
+    compiled: Compiled  # the train space and evaluator of the run's experiment
+    segments: int  # the segments the checkpoint holds
+    env_steps: int
+    seeds: list[int]
+    policies: list[ppo.Policy]  # trained
+    initial: list[ppo.Policy]  # at the parameters the run started from (a control)
+
+
+def load_run(
+    exp: Experiment,
+    *,
+    logdir: str | os.PathLike,
+    seed: int,
+    num_seeds: int = 1,
+    segment: int | None = None,
+    compiled: Compiled | None = None,
+) -> TrainedRun:
+    """The policies of the run of `exp` in `logdir` after its latest checkpointed
+    segment (or `segment`, while its checkpoint is kept), to analyse them, with the
+    policies its seeds started from. The experiment, `seed` and `num_seeds` must be
+    the run's (its run.json is checked; a checkpoint of another structure is refused
+    by `checkpoint.restore`). Reads only: the run may go on afterwards."""
+    logdir = pathlib.Path(logdir)
+    _check_seed(exp, seed, num_seeds)
+    check_recorded(logdir, describe_run(exp, None, num_seeds, seed, 1, 1), "load_run")
+    r = Run(exp, logdir, seed, num_seeds, compiled)
+    r._init_states()  # noqa: SLF001 - the structure to restore into, and the initial agents
+    initial = r.policies()
+    ckpt = logdir / CHECKPOINTS
+    if checkpoint.latest_step(ckpt) is None:
+        raise ValueError(f"load_run: {ckpt} holds no intact checkpoint: the run saved none yet")
+    try:
+        state = checkpoint.restore(ckpt, like=r._state(0), step=segment)  # noqa: SLF001
+    except checkpoint.CheckpointError as e:
+        raise ValueError(f"load_run: cannot read {ckpt}: {e}") from None
+    r.ts = state["training"]
+    return TrainedRun(
+        compiled=r.compiled,
+        segments=int(state["segment"]),
+        env_steps=int(r.space.env_steps(r.ts)),
+        seeds=r.seeds,
+        policies=r.policies(),
+        initial=initial,
+    )
 
 
 def _segments(r: Run, stack, flag, segments, steps_per_segment, hparams, resume, progress):

@@ -328,6 +328,26 @@ def _ran_strategy(record: dict[str, Any]) -> dict[str, Any]:
     return {**config, STRATEGY: "loop" if backend == "cpu" else "dense"}
 
 
+def check_recorded(logdir: pathlib.Path, config: dict[str, Any], who: str) -> None:
+    """Refuses (ValueError naming the fields) to read `logdir`'s checkpoints as those of
+    a run of `config` (`describe_run`'s) where its run.json records another value for
+    a field that decides what they hold: the seeds, PPO, the env, target, curriculum
+    (`NEVER_FORCED`; fields an older metarl did not record are not compared)."""
+    path = logdir / RUN_FILE
+    if not path.exists():
+        raise ValueError(f"{who}: {logdir} holds no {RUN_FILE}: no run of metarl.experiment")
+    old = json.loads(path.read_text())
+    config = {k: v for k, v in config.items() if k not in RECORDED_LATER or k in old["config"]}
+    diff = {
+        k: v
+        for k, v in _differences(_ran_strategy(old), json.loads(json.dumps(config))).items()
+        if k.startswith(NEVER_FORCED) and k not in EXTENDABLE
+    }
+    if diff:
+        lines = "\n".join(f"  {k}: run has {a!r}, now {b!r}" for k, (a, b) in diff.items())
+        raise ValueError(f"{who}: {logdir} holds a run of another experiment:\n{lines}")
+
+
 def check_identity(
     logdir: pathlib.Path,
     config: dict[str, Any],

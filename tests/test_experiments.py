@@ -1,6 +1,7 @@
 """The experiment scripts: the quickstart end to end, killed mid-run and resumed,
 with every tag of the TensorBoard naming scheme in its event files."""
 
+import json
 import os
 import pathlib
 import signal
@@ -14,7 +15,7 @@ import pytest
 import tyro
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from metarl import checkpoint
+from metarl import checkpoint, experiment
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = ["--segments", "3", "--widening-segments", "2", "--steps-per-segment", "2048", "--seed", "1"]
@@ -168,3 +169,33 @@ def test_random_contexts_lists_each_episode_with_the_context_it_ran_in(capsys):
     for field, value in (("episodes_shown", -1), ("num_envs", 0), ("steps", 0)):
         with pytest.raises(ValueError, match=f"--{field.replace('_', '-')} must be >="):
             random_contexts.Config(**{field: value})
+
+
+def test_probe_memory_reads_the_rl2_runs_gru_and_scores_it_against_its_start(tmp_path):
+    """probe_memory trains nothing: it probes the GRU rl2_hidden_context trained (here
+    its gru variant alone, tiny), for each seed, trained and at its initial parameters."""
+    probe_memory = _script("probe_memory")
+    rl2 = sys.modules["rl2_hidden_context"]
+    args = ["--logdir", str(tmp_path), "--num-seeds", "2", "--segments", "1"]
+    args += ["--steps-per-segment", "160", "--ppo.num-envs", "16", "--ppo.unroll-length", "5"]
+    args += ["--ppo.num-minibatches", "2", "--eval.contexts", "2", "--eval.episodes", "3"]
+    cfg = tyro.cli(probe_memory.Config, args=[*args, "--fit-contexts", "4"])
+    with pytest.raises(ValueError, match="holds no run.json"):
+        probe_memory.main(cfg)
+    run_cfg = tyro.cli(rl2.Config, args=args)
+    gru = rl2.variants(run_cfg)["gru"]
+    experiment.run(
+        gru, **run_cfg.run_kwargs() | {"logdir": tmp_path / "gru"}, hparams=run_cfg,
+        progress=False, table=False,
+    )  # fmt: skip
+    out = probe_memory.main(cfg)
+    written = json.loads((tmp_path / "probe_memory.json").read_text())
+    assert written == json.loads(json.dumps(out))
+    assert written["seeds"] == [0, 1]
+    assert set(written["splits"]) >= {"train", "interpolation", "extrapolation_low"}
+    episodes = written["splits"]["train"]
+    assert list(episodes) == ["episode_1", "episode_2", "episode_3"]
+    for values in episodes.values():
+        assert set(values) == {"r2_trained", "r2_initial", "rmse_trained", "rmse_initial"}
+        assert all(len(v) == 2 and np.all(np.isfinite(v)) for v in values.values())
+        assert values["rmse_trained"] != values["rmse_initial"]  # two different memories

@@ -1085,3 +1085,31 @@ def test_a_table_over_seeds_keeps_its_columns_aligned(capsys):
         assert len(line) == columns * width - 1, line
         assert all(line[k * width + width - 2] != " " for k in range(columns)), line
         assert all(line[k * width + width - 1] == " " for k in range(columns - 1)), line
+
+
+def test_load_run_reads_back_the_policies_a_run_trained_and_started_from(exp, compiled, tmp_path):
+    rows = _run(exp, compiled, tmp_path, 2)
+    loaded = experiment.load_run(exp, logdir=tmp_path, seed=0, compiled=compiled)
+    assert (loaded.segments, loaded.env_steps, loaded.seeds) == (2, rows[-1]["env_steps"], [0])
+    # the loaded policy scores what the run logged for its last segment, bit for bit
+    key = jax.random.fold_in(experiment._stream(0, experiment._EVAL), 1)
+    held = experiment.held_out_sets(exp, 0)["train"]
+    score = compiled.evaluator.evaluate(loaded.policies[0], held, key)
+    assert float(np.nanmean(score.mean)) == rows[-1]["train"]
+    # the initial policy holds the parameters the run started from
+    k_train = ppo.split_keys(ppo.seed_keys(0), 3)[0]
+    start = ppo.init_training_state(compiled.space, k_train).params
+    same = jax.tree.map(np.array_equal, to_numpy(start), to_numpy(loaded.initial[0].params))
+    assert all(jax.tree.leaves(same))
+    moved = jax.tree.map(np.array_equal, to_numpy(start), to_numpy(loaded.policies[0].params))
+    assert not all(jax.tree.leaves(moved))
+    earlier = experiment.load_run(exp, logdir=tmp_path, seed=0, compiled=compiled, segment=1)
+    assert (earlier.segments, earlier.env_steps) == (1, rows[0]["env_steps"])
+    # another experiment's structure or config is refused, naming the field
+    other = replace(exp, ppo=replace(CONFIG, learning_rate=1e-4))
+    with pytest.raises(ValueError, match=r"(?s)another experiment.*ppo\.learning_rate"):
+        experiment.load_run(other, logdir=tmp_path, seed=0)
+    with pytest.raises(ValueError, match=r"(?s)another experiment.*seed: run has 0, now 1"):
+        experiment.load_run(replace(exp, ppo=replace(CONFIG, seed=1)), logdir=tmp_path, seed=1)
+    with pytest.raises(ValueError, match="holds no run.json"):
+        experiment.load_run(exp, logdir=tmp_path / "nothing", seed=0, compiled=compiled)

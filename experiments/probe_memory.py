@@ -1,0 +1,104 @@
+"""What the GRU of rl2_hidden_context remembers: a linear probe of its memory.
+
+Run after ``rl2_hidden_context.py`` with the same flags (it reads that run's gru
+checkpoint, trains nothing): per seed, a ridge regression from the policy's
+GRU state to the hidden motor gain is fitted on `--fit-contexts` contexts drawn
+from the training ranges, then scored on the run's own held-out sets (the same
+contexts evaluation used) as out-of-sample R^2 against predicting the training
+mean, per episode of the trial (`metarl.probe`). The same probe on the GRU the
+seed started from (its initial parameters) is the control: a random recurrent
+network fed actions and rewards already carries part of the motor. Prints,
+over seeds and per episode of a trial, R^2 and the decoding error (RMSE, in
+gain units: R^2's reference, the spread of the training gains about their mean,
+is wide beyond the training range, so compare splits by RMSE) of both, and
+their paired difference, and writes them to ``<logdir>/probe_memory.json``.
+
+    python experiments/rl2_hidden_context.py --logdir runs/rl2 --num-seeds 10
+    python experiments/probe_memory.py --logdir runs/rl2 --num-seeds 10
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+import jax
+import numpy as np
+import rl2_hidden_context as rl2
+import tyro
+
+from metarl import evaluation as E
+from metarl import experiment, stats
+from metarl import probe as P
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(rl2.Config):
+    fit_contexts: int = 32  # contexts drawn from the training ranges to fit each probe on
+    fit_trials: int = 2  # trials per fit context
+    ridge: float = 1.0  # the probe's penalty on standardized memory units
+
+
+def _probe(exp, evaluator, fitter, policy, sets, seed: int, ridge: float) -> dict:
+    """{split: ProbeScore} of a probe fitted on fresh contexts of the training ranges
+    (other reset keys than the scored trials')."""
+    key_fit, key_score = jax.random.split(jax.random.key(seed))
+    fit_set = E.in_distribution(exp.target, fitter.max_contexts, seed=seed, env=exp.env)
+    fitted = P.fit_probe(P.record_memory(fitter, policy, fit_set, key_fit), ridge)
+    return {
+        split: P.score_probe(fitted, P.record_memory(evaluator, policy, s, key_score))
+        for split, s in sets.items()
+    }
+
+
+def _iqm(scores: np.ndarray) -> str:
+    return stats.format_iqm(stats.summarize(scores), 2)
+
+
+def main(cfg: Config) -> dict:
+    gru = rl2.variants(cfg)["gru"]
+    logdir = pathlib.Path(cfg.logdir)
+    loaded = experiment.load_run(gru, logdir=logdir / "gru", seed=cfg.seed, num_seeds=cfg.num_seeds)
+    env, k = gru.env, gru.env.episodes_per_trial
+    evaluator = loaded.compiled.evaluator
+    fitter = E.Evaluator(env, episodes=k * cfg.fit_trials, max_contexts=cfg.fit_contexts)
+    scores = {"trained": [], "initial": []}
+    for i, seed in enumerate(loaded.seeds):
+        sets = experiment.held_out_sets(gru, seed)  # the contexts evaluation scored
+        for kind, policies in (("trained", loaded.policies), ("initial", loaded.initial)):
+            scores[kind].append(_probe(gru, evaluator, fitter, policies[i], sets, seed, cfg.ridge))
+    splits = list(scores["trained"][0])
+    print(
+        f"\nLinear probe of the GRU's memory for the hidden motor gain, {len(loaded.seeds)} "
+        f"seeds, after {loaded.segments} segments ({loaded.env_steps:,} env steps): "
+        "out-of-sample R^2 against the training mean and RMSE in gain units, IQM [95% CI] "
+        "over seeds; the RMSE of the trained memory minus the initial one's, paired by seed"
+    )
+    rows = {}
+    for split in splits:
+        row = {}
+        for e in range(k):
+            r2, rmse = {}, {}
+            for kind, per_seed in scores.items():
+                r2[kind] = np.asarray([s[split].by_episode[e] for s in per_seed])
+                rmse[kind] = np.asarray([s[split].error_by_episode[e].mean() for s in per_seed])
+            row[f"episode_{e + 1}"] = {
+                f"{what}_{kind}": values[kind].tolist()
+                for what, values in (("r2", r2), ("rmse", rmse))
+                for kind in scores
+            }
+            change = stats.difference(rmse["trained"], rmse["initial"], paired=True)
+            print(
+                f"  {split:<19} episode {e + 1}: R^2 {_iqm(r2['trained'])} (initial "
+                f"{_iqm(r2['initial'])}); RMSE {_iqm(rmse['trained'])}, trained - initial "
+                f"{stats.format_difference(change, 2)}"
+            )
+        rows[split] = row
+    out = {"seeds": loaded.seeds, "env_steps": loaded.env_steps, "splits": rows}
+    (logdir / "probe_memory.json").write_text(json.dumps(out, indent=1))
+    return out
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Config))

@@ -1,0 +1,231 @@
+"""What a recurrent agent's memory knows about the hidden context: a linear probe.
+
+An RL^2 agent that acts well in a context it does not observe may have inferred
+that context, or may act well without representing it. The probe asks the
+memory directly: `record_memory` runs trials in chosen contexts (a `ContextSet`,
+through an `Evaluator`, as held-out evaluation runs them) and keeps the
+policy's core state after every step's observation; `fit_probe` fits a ridge
+regression from that state to the context the env ran (``state.info``'s
+values, in draw units: a relative entry's scale, one dimension per element of
+a per-element entry); `score_probe` scores it on another recording, per
+episode of the trial and per step, against the fit set's mean: out-of-sample
+R^2 = 1 - MSE / MSE of predicting the fit contexts' mean (1: decoded exactly;
+0: no better than knowing only the training distribution; negative: worse).
+
+Fit on contexts drawn from the training ranges and score on fresh ones, and on
+held-out splits: a memory whose code for the context holds out of distribution
+scores there as in it. Score the agent's initial parameters too: a random
+recurrent network fed actions and rewards already carries some of the context,
+so what training adds is the difference (`experiments/probe_memory.py` does
+both, over seeds). Only the policy's core is probed (the value tower has its
+own); a feed-forward agent has no memory to probe and is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from metarl.envs import CONTEXT, TRIAL
+from metarl.evaluation import ContextSet, Evaluator
+
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    """One recording: N = contexts x trials envs, each running one trial of T =
+    episodes_per_trial x episode_length steps at most."""
+
+    split: str
+    features: np.ndarray  # [N, T, H]: the policy core's state after each step's observation
+    episode: np.ndarray  # [N, T] int: the step's episode in the trial; -1 after the trial ended
+    targets: np.ndarray  # [N, D]: the context the env ran, flattened over names and elements
+    names: tuple[str, ...]  # [D]: each target dimension, "name" or "name[i]"
+    context: np.ndarray  # [N] int: the index of the env's context in the ContextSet
+    episodes_per_trial: int
+
+
+def _dimension_names(env) -> tuple[str, ...]:
+    out = []
+    for entry in env.binding.entries:
+        size = int(np.prod(entry.draw_shape))
+        out += [entry.name] if not entry.draw_shape else [f"{entry.name}[{i}]" for i in range(size)]
+    return tuple(out)
+
+
+def _recorder(evaluator: Evaluator):
+    """The compiled recording rollout of `evaluator`'s env (one per evaluator)."""
+    cached = getattr(evaluator, "_memory_rollout", None)
+    if cached is not None:
+        return cached
+    env = evaluator.env
+    n = evaluator.max_contexts * evaluator.trials
+    steps = env.episodes_per_trial * env.episode_length
+
+    def rollout(policy, ranges, key):
+        state = jax.vmap(env.reset)(jax.random.split(key, n), ranges)
+        targets = jnp.concatenate(
+            [
+                state.info[CONTEXT][e.name].reshape(n, -1).astype(jnp.float32)
+                for e in env.binding.entries
+            ],
+            axis=-1,
+        )
+
+        def body(c, _):
+            state, carry, active = c
+            episode = jnp.where(active, state.info[TRIAL].episode, -1)
+            action, carry = policy(state.obs, carry)
+            memory = jnp.concatenate(
+                [x.reshape(n, -1) for x in jax.tree.leaves(carry.policy)], axis=-1
+            )
+            state = jax.vmap(env.step)(state, action)
+            carry = policy.observe(carry, action, state)
+            return (state, carry, active & (state.info[TRIAL].new_trial == 0)), (memory, episode)
+
+        init = (state, policy.init_carry(n), jnp.ones((n,), bool))
+        _, (memory, episode) = jax.lax.scan(body, init, None, length=steps)
+        return memory.swapaxes(0, 1), episode.swapaxes(0, 1), targets
+
+    evaluator._memory_rollout = jax.jit(rollout)  # noqa: SLF001 - cached with its evaluator
+    return evaluator._memory_rollout  # noqa: SLF001
+
+
+def record_memory(evaluator: Evaluator, policy, contexts: ContextSet, key: jax.Array) -> Memory:
+    """Runs one trial per env (``evaluator.trials`` envs per context of `contexts`,
+    the deterministic policy of a recurrent agent) and records its memory; one
+    compilation per evaluator for every set and policy of its TrainSpace."""
+    if not jax.tree.leaves(policy.init_carry(1).policy):
+        raise ValueError(
+            f"record_memory: the agent's core is {policy.agent.core!r}, which keeps no memory "
+            "between steps; probe an agent with core='gru' or 'lstm'"
+        )
+    ranges, c = evaluator.ranges(contexts)
+    memory, episode, targets = map(np.asarray, _recorder(evaluator)(policy, ranges, key))
+    keep = c * evaluator.trials  # the envs of the set's own contexts, not the padding
+    return Memory(
+        split=contexts.split,
+        features=memory[:keep],
+        episode=episode[:keep],
+        targets=targets[:keep],
+        names=_dimension_names(evaluator.env),
+        context=np.repeat(np.arange(c), evaluator.trials),
+        episodes_per_trial=evaluator.env.episodes_per_trial,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearProbe:
+    """context ~ standardized memory @ weights + bias, for the dimensions that vary
+    in the fit set (`names`); `mean` is the fit contexts' mean (R^2's reference)."""
+
+    names: tuple[str, ...]
+    dims: np.ndarray  # [D'] indices of the probed dimensions in a Memory's targets
+    feature_mean: np.ndarray  # [H]
+    feature_scale: np.ndarray  # [H]
+    weights: np.ndarray  # [H, D']
+    bias: np.ndarray  # [D']
+    mean: np.ndarray  # [D']: the fit contexts' mean
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        """[..., H] memory states -> [..., D'] decoded contexts."""
+        x = (np.asarray(features, np.float64) - self.feature_mean) / self.feature_scale
+        return x @ self.weights + self.bias
+
+
+def _samples(memory: Memory) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(features [S, H], targets [S, D], step [S, 2] = (episode, step in trial)) of every
+    step inside a trial."""
+    env_index, step = np.nonzero(memory.episode >= 0)
+    return (
+        memory.features[env_index, step].astype(np.float64),
+        memory.targets[env_index].astype(np.float64),
+        np.stack([memory.episode[env_index, step], step], -1),
+    )
+
+
+def fit_probe(memory: Memory, ridge: float = 1.0) -> LinearProbe:
+    """Ridge regression (penalty `ridge` on standardized features) from every step's
+    memory to its context, one decoder for all steps of a trial."""
+    if not np.isfinite(ridge) or ridge < 0:
+        raise ValueError(f"fit_probe: ridge must be a finite number >= 0, got {ridge!r}")
+    x, y, _ = _samples(memory)
+    dims = np.flatnonzero(np.ptp(memory.targets, axis=0) > 0)
+    if not dims.size:
+        raise ValueError(
+            f"fit_probe: no context varies across the {len(memory.targets)} envs of "
+            f"{memory.split!r} (dimensions {list(memory.names)}): nothing to decode; record "
+            "contexts drawn from the training ranges"
+        )
+    y = y[:, dims]
+    feature_mean, feature_scale = x.mean(0), x.std(0)
+    feature_scale = np.where(feature_scale > 0, feature_scale, 1.0)  # a unit that never moves
+    z = (x - feature_mean) / feature_scale
+    target_mean = y.mean(0)
+    gram = z.T @ z + ridge * np.eye(z.shape[1])
+    weights = np.linalg.solve(gram, z.T @ (y - target_mean))
+    return LinearProbe(
+        names=tuple(memory.names[i] for i in dims),
+        dims=dims,
+        feature_mean=feature_mean,
+        feature_scale=feature_scale,
+        weights=weights,
+        bias=target_mean,
+        mean=target_mean,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeScore:
+    """A probe scored on one recording (R^2 averaged over the probed dimensions)."""
+
+    split: str
+    r2: float  # over every step of every trial
+    by_episode: np.ndarray  # [episodes_per_trial]
+    by_step: np.ndarray  # [T]: per step of the trial (NaN where no trial ran that long)
+    error: np.ndarray  # [D']: root mean squared error per dimension, in the context's units
+    error_by_episode: np.ndarray  # [episodes_per_trial, D']
+    names: tuple[str, ...]  # [D']
+
+
+def _r2(err: np.ndarray, ref: np.ndarray) -> float:
+    """1 - MSE / reference MSE, per dimension, averaged; NaN without samples."""
+    if not len(err):
+        return float("nan")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return float(np.mean(1.0 - np.mean(err**2, 0) / np.mean(ref**2, 0)))
+
+
+def _rmse(err: np.ndarray) -> np.ndarray:
+    if not len(err):
+        return np.full(err.shape[1:], np.nan)
+    return np.sqrt(np.mean(err**2, 0))
+
+
+def score_probe(probe: LinearProbe, memory: Memory) -> ProbeScore:
+    """Out-of-sample R^2 of `probe` on `memory` (record it in other contexts, or at
+    least with another key, than the fit's): per episode of the trial and step."""
+    dims = tuple(memory.names[i] for i in probe.dims if i < len(memory.names))
+    if dims != probe.names:
+        raise ValueError(
+            f"score_probe: recording {memory.split!r} has dimensions {list(memory.names)}, "
+            "not those the probe was fitted on: record both with one env"
+        )
+    x, y, where = _samples(memory)
+    y = y[:, probe.dims]
+    err, ref = probe.predict(x) - y, probe.mean - y
+    steps = memory.episode.shape[1]
+    episodes = [where[:, 0] == e for e in range(memory.episodes_per_trial)]
+    by_episode = [_r2(err[e], ref[e]) for e in episodes]
+    by_step = [_r2(err[where[:, 1] == t], ref[where[:, 1] == t]) for t in range(steps)]
+    return ProbeScore(
+        split=memory.split,
+        r2=_r2(err, ref),
+        by_episode=np.asarray(by_episode),
+        by_step=np.asarray(by_step),
+        error=_rmse(err),
+        error_by_episode=np.stack([_rmse(err[e]) for e in episodes]),
+        names=probe.names,
+    )

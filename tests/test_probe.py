@@ -1,0 +1,122 @@
+"""metarl.probe: the memory it records is the agent's, in the contexts asked for,
+and the probe decodes a context a memory holds and not one it does not."""
+
+import jax
+import numpy as np
+import pytest
+
+from metarl import contexts as C
+from metarl import evaluation as E
+from metarl import probe as P
+from metarl.agents import ppo
+from metarl.envs import make_contextual
+
+TARGET = C.ContextSpace({"actuator_gain": C.Choice([-1.0, -0.5, 0.5, 1.0], relative=True)})
+EPISODE = 10
+
+
+def _config(core: str) -> ppo.PPOConfig:
+    recurrent = {"rl2_inputs": True, "hidden_size": 8} if core != "mlp" else {}
+    return ppo.PPOConfig(
+        core=core,
+        num_envs=4,
+        unroll_length=4,
+        num_minibatches=2,
+        policy_hidden=(8,),
+        value_hidden=(8,),
+        **recurrent,
+    )
+
+
+@pytest.fixture(scope="module")
+def env():
+    return make_contextual(
+        "puck", TARGET, episode_length=EPISODE, episodes_per_trial=2, velocity_in_obs=False
+    )
+
+
+@pytest.fixture(scope="module")
+def policy(env):
+    space = ppo.make_train_space(env, _config("gru"))
+    return ppo.make_policy(space, ppo.init_training_state(space, jax.random.key(0)))
+
+
+@pytest.fixture(scope="module")
+def evaluator(env):
+    return E.Evaluator(env, episodes=4, max_contexts=4)  # 2 trials per context
+
+
+def _gains(*values) -> E.ContextSet:
+    return E.ContextSet("chosen", {"actuator_gain": np.asarray(values, np.float32)})
+
+
+def test_the_recorded_memory_is_the_agents_in_the_contexts_asked_for(env, policy, evaluator):
+    key = jax.random.key(3)
+    push = P.record_memory(evaluator, policy, _gains(1.0, 0.5, -0.5), key)
+    pull = P.record_memory(evaluator, policy, _gains(-1.0, -1.0, -1.0), key)
+    # envs 2i, 2i + 1 run context i (the padding's fourth context is left out)
+    assert push.features.shape == (6, 2 * EPISODE, 8)
+    np.testing.assert_array_equal(push.targets[:, 0], [1.0, 1.0, 0.5, 0.5, -0.5, -0.5])
+    np.testing.assert_array_equal(push.context, [0, 0, 1, 1, 2, 2])
+    assert push.names == ("actuator_gain",)
+    # the puck never ends early: two episodes of EPISODE steps, then nothing
+    np.testing.assert_array_equal(push.episode, np.repeat([[0, 1]], EPISODE, axis=1).repeat(6, 0))
+    # the same reset keys: the first observation, and so the memory after it, is the
+    # same whatever the motor; from the second step on the motor's push shows in it
+    np.testing.assert_array_equal(push.features[:, 0], pull.features[:, 0])
+    assert not np.allclose(push.features[:, 2:], pull.features[:, 2:])
+    # it is the policy's core state: after the first step, the GRU's from zero
+    ranges, _ = evaluator.ranges(_gains(1.0, 0.5, -0.5))
+    state = jax.vmap(env.reset)(jax.random.split(key, 8), ranges)
+    _, carry = policy(state.obs, policy.init_carry(8))
+    np.testing.assert_allclose(push.features[:, 0], np.asarray(carry.policy)[:6], rtol=1e-6)
+
+
+def test_a_feed_forward_agent_has_no_memory_to_probe(env, evaluator):
+    space = ppo.make_train_space(env, _config("mlp"))
+    mlp = ppo.make_policy(space, ppo.init_training_state(space, jax.random.key(0)))
+    with pytest.raises(ValueError, match="core is 'mlp', which keeps no memory"):
+        P.record_memory(evaluator, mlp, _gains(1.0), jax.random.key(0))
+
+
+def _memory(features, targets, episodes=2) -> P.Memory:
+    n, t, _ = features.shape
+    return P.Memory(
+        split="synthetic",
+        features=features,
+        episode=np.repeat(np.arange(episodes), t // episodes)[None].repeat(n, 0),
+        targets=targets,
+        names=("a", "b"),
+        context=np.arange(n),
+        episodes_per_trial=episodes,
+    )
+
+
+def _synthetic(seed: int, informative: bool) -> P.Memory:
+    """Memories of 6 units over 8 steps: from step 2 on, two units hold the context
+    `a` (if `informative`); `b` never varies; the rest is noise."""
+    rng = np.random.default_rng(seed)
+    n, t = 64, 8
+    a = rng.choice([-1.0, -0.5, 0.5, 1.0], n)
+    features = rng.normal(size=(n, t, 6))
+    if informative:
+        features[:, 2:, 0] += 3.0 * a[:, None]
+        features[:, 2:, 1] -= 2.0 * a[:, None]
+    return _memory(features, np.stack([a, np.full(n, 2.0)], -1))
+
+
+def test_the_probe_decodes_a_context_the_memory_holds_and_not_one_it_does_not():
+    probe = P.fit_probe(_synthetic(0, True))
+    assert probe.names == ("a",)  # `b` does not vary: nothing to decode
+    score = P.score_probe(probe, _synthetic(1, True))
+    assert score.by_episode[1] > 0.8 and score.error_by_episode[1, 0] < 0.3
+    assert abs(score.by_step[0]) < 0.2 and score.by_step[3] > 0.8  # nothing known at first
+    blind = P.score_probe(P.fit_probe(_synthetic(0, False)), _synthetic(1, False))
+    assert blind.r2 < 0.1 and blind.by_episode[1] < 0.1
+    with pytest.raises(ValueError, match="no context varies"):
+        P.fit_probe(_memory(np.zeros((4, 4, 3)), np.ones((4, 2))))
+    other = P.Memory(**{**vars(_synthetic(1, True)), "names": ("c", "d")})
+    with pytest.raises(ValueError, match="not those the probe was fitted on"):
+        P.score_probe(probe, other)
+    with pytest.raises(ValueError, match="ridge must be a finite number >= 0"):
+        P.fit_probe(_synthetic(0, True), ridge=-1.0)
