@@ -24,6 +24,7 @@ own); a feed-forward agent has no memory to probe and is refused.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -55,11 +56,14 @@ def _dimension_names(env) -> tuple[str, ...]:
     return tuple(out)
 
 
+# evaluator -> its jitted recording rollout: one compilation per evaluator, as evaluate's
+_RECORDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _recorder(evaluator: Evaluator):
-    """The compiled recording rollout of `evaluator`'s env (one per evaluator)."""
-    cached = getattr(evaluator, "_memory_rollout", None)
-    if cached is not None:
-        return cached
+    """The jitted recording rollout of `evaluator`'s env and sizes."""
+    if evaluator in _RECORDERS:
+        return _RECORDERS[evaluator]
     env = evaluator.env
     n = evaluator.max_contexts * evaluator.trials
     steps = env.episodes_per_trial * env.episode_length
@@ -89,8 +93,8 @@ def _recorder(evaluator: Evaluator):
         _, (memory, episode) = jax.lax.scan(body, init, None, length=steps)
         return memory.swapaxes(0, 1), episode.swapaxes(0, 1), targets
 
-    evaluator._memory_rollout = jax.jit(rollout)  # noqa: SLF001 - cached with its evaluator
-    return evaluator._memory_rollout  # noqa: SLF001
+    _RECORDERS[evaluator] = jax.jit(rollout)
+    return _RECORDERS[evaluator]
 
 
 def record_memory(evaluator: Evaluator, policy, contexts: ContextSet, key: jax.Array) -> Memory:
@@ -118,21 +122,20 @@ def record_memory(evaluator: Evaluator, policy, contexts: ContextSet, key: jax.A
 
 @dataclasses.dataclass(frozen=True)
 class LinearProbe:
-    """context ~ standardized memory @ weights + bias, for the dimensions that vary
-    in the fit set (`names`); `mean` is the fit contexts' mean (R^2's reference)."""
+    """context ~ standardized memory @ weights + mean, for the dimensions that vary in
+    the fit set (`names`); `mean`, the fit contexts' mean, is also R^2's reference."""
 
     names: tuple[str, ...]
     dims: np.ndarray  # [D'] indices of the probed dimensions in a Memory's targets
     feature_mean: np.ndarray  # [H]
     feature_scale: np.ndarray  # [H]
     weights: np.ndarray  # [H, D']
-    bias: np.ndarray  # [D']
     mean: np.ndarray  # [D']: the fit contexts' mean
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         """[..., H] memory states -> [..., D'] decoded contexts."""
         x = (np.asarray(features, np.float64) - self.feature_mean) / self.feature_scale
-        return x @ self.weights + self.bias
+        return x @ self.weights + self.mean
 
 
 def _samples(memory: Memory) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -172,7 +175,6 @@ def fit_probe(memory: Memory, ridge: float = 1.0) -> LinearProbe:
         feature_mean=feature_mean,
         feature_scale=feature_scale,
         weights=weights,
-        bias=target_mean,
         mean=target_mean,
     )
 
