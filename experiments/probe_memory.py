@@ -11,7 +11,10 @@ network fed actions and rewards already carries part of the motor. Prints,
 over seeds and per episode of a trial, R^2 and the decoding error (RMSE, in
 gain units: R^2's reference, the spread of the training gains about their mean,
 is wide beyond the training range, so compare splits by RMSE) of both, and
-their paired difference, and writes them to ``<logdir>/probe_memory.json``.
+their paired difference, and the trained probe's bias (decoded minus true gain:
+below the training range positive, above it negative where the memory's code
+squeezes a motor beyond the trained ones back toward them), and writes them
+to ``<logdir>/probe_memory.json``.
 
     python experiments/rl2_hidden_context.py --logdir runs/rl2 --num-seeds 10
     python experiments/probe_memory.py --logdir runs/rl2 --num-seeds 10
@@ -73,26 +76,28 @@ def main(cfg: Config) -> dict:
         f"\nLinear probe of the GRU's memory for the hidden motor gain, {len(loaded.seeds)} "
         f"seeds, after {loaded.segments} segments ({loaded.env_steps:,} env steps): "
         "out-of-sample R^2 against the training mean and RMSE in gain units, IQM [95% CI] "
-        "over seeds; the RMSE of the trained memory minus the initial one's, paired by seed"
+        "over seeds; the RMSE of the trained memory minus the initial one's, paired by seed; "
+        "the trained probe's bias (mean decoded minus true gain)"
     )
     rows = {}
     for split in splits:
         row = {}
         for e in range(k):
-            r2, rmse = {}, {}
+            r2, rmse, bias = {}, {}, {}
             for kind, per_seed in scores.items():
                 r2[kind] = np.asarray([s[split].by_episode[e] for s in per_seed])
                 rmse[kind] = np.asarray([s[split].error_by_episode[e].mean() for s in per_seed])
+                bias[kind] = np.asarray([s[split].bias_by_episode[e].mean() for s in per_seed])
             row[f"episode_{e + 1}"] = {
                 f"{what}_{kind}": values[kind].tolist()
-                for what, values in (("r2", r2), ("rmse", rmse))
+                for what, values in (("r2", r2), ("rmse", rmse), ("bias", bias))
                 for kind in scores
             }
             change = stats.difference(rmse["trained"], rmse["initial"], paired=True)
             print(
                 f"  {split:<19} episode {e + 1}: R^2 {_iqm(r2['trained'])} (initial "
                 f"{_iqm(r2['initial'])}); RMSE {_iqm(rmse['trained'])}, trained - initial "
-                f"{stats.format_difference(change, 2)}"
+                f"{stats.format_difference(change, 2)}; bias {_iqm(bias['trained'])}"
             )
         rows[split] = row
     out = {"seeds": loaded.seeds, "env_steps": loaded.env_steps, "splits": rows}

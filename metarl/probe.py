@@ -189,6 +189,9 @@ class ProbeScore:
     by_step: np.ndarray  # [T]: per step of the trial (NaN where no trial ran that long)
     error: np.ndarray  # [D']: root mean squared error per dimension, in the context's units
     error_by_episode: np.ndarray  # [episodes_per_trial, D']
+    # [episodes_per_trial, D']: mean decoded minus true context; beyond the training
+    # range, its sign says whether the code squeezes the contexts back toward it
+    bias_by_episode: np.ndarray
     names: tuple[str, ...]  # [D']
 
 
@@ -200,10 +203,13 @@ def _r2(err: np.ndarray, ref: np.ndarray) -> float:
         return float(np.mean(1.0 - np.mean(err**2, 0) / np.mean(ref**2, 0)))
 
 
+def _mean(err: np.ndarray) -> np.ndarray:
+    """Per dimension; NaN without samples."""
+    return np.mean(err, 0) if len(err) else np.full(err.shape[1:], np.nan)
+
+
 def _rmse(err: np.ndarray) -> np.ndarray:
-    if not len(err):
-        return np.full(err.shape[1:], np.nan)
-    return np.sqrt(np.mean(err**2, 0))
+    return np.sqrt(_mean(err**2))
 
 
 def score_probe(probe: LinearProbe, memory: Memory) -> ProbeScore:
@@ -229,5 +235,6 @@ def score_probe(probe: LinearProbe, memory: Memory) -> ProbeScore:
         by_step=np.asarray(by_step),
         error=_rmse(err),
         error_by_episode=np.stack([_rmse(err[e]) for e in episodes]),
+        bias_by_episode=np.stack([_mean(err[e]) for e in episodes]),
         names=probe.names,
     )

@@ -196,6 +196,8 @@ def test_probe_memory_reads_the_rl2_runs_gru_and_scores_it_against_its_start(tmp
     episodes = written["splits"]["train"]
     assert list(episodes) == ["episode_1", "episode_2", "episode_3"]
     for values in episodes.values():
-        assert set(values) == {"r2_trained", "r2_initial", "rmse_trained", "rmse_initial"}
+        assert set(values) == {
+            f"{m}_{k}" for m in ("r2", "rmse", "bias") for k in ("trained", "initial")
+        }
         assert all(len(v) == 2 and np.all(np.isfinite(v)) for v in values.values())
         assert values["rmse_trained"] != values["rmse_initial"]  # two different memories
