@@ -7,14 +7,16 @@ from the training ranges, then scored on the run's own held-out sets (the same
 contexts evaluation used) as out-of-sample R^2 against predicting the training
 mean, per episode of the trial (`metarl.probe`). The same probe on the GRU the
 seed started from (its initial parameters) is the control: a random recurrent
-network fed actions and rewards already carries part of the motor. Prints,
-over seeds and per episode of a trial, R^2 and the decoding error (RMSE, in
-gain units: R^2's reference, the spread of the training gains about their mean,
-is wide beyond the training range, so compare splits by RMSE) of both, and
-their paired difference, and the trained probe's bias (decoded minus true gain:
-below the training range positive, above it negative where the memory's code
-squeezes a motor beyond the trained ones back toward them), and writes them
-to ``<logdir>/probe_memory.json``.
+network fed actions and rewards already carries part of the motor.
+
+Prints, over seeds and per episode of a trial: R^2 and the decoding error
+(RMSE, in gain units) of both, their paired difference, and the trained
+probe's bias (decoded minus true gain: positive below the training range and
+negative above it where the memory's code squeezes a motor beyond the trained
+ones back toward them). R^2's reference, the spread of the gains about the
+training mean, widens beyond the training range: compare splits by RMSE.
+Writes the same, with R^2 at each step of a trial per seed, to
+``<logdir>/probe_memory.json``.
 
     python experiments/rl2_hidden_context.py --logdir runs/rl2 --num-seeds 10
     python experiments/probe_memory.py --logdir runs/rl2 --num-seeds 10
@@ -99,6 +101,8 @@ def main(cfg: Config) -> dict:
                 f"{_iqm(r2['initial'])}); RMSE {_iqm(rmse['trained'])}, trained - initial "
                 f"{stats.format_difference(change, 2)}; bias {_iqm(bias['trained'])}"
             )
+        for kind, per_seed in scores.items():  # R^2 at each step of a trial, per seed
+            row[f"by_step_r2_{kind}"] = [s[split].by_step.tolist() for s in per_seed]
         rows[split] = row
     out = {"seeds": loaded.seeds, "env_steps": loaded.env_steps, "splits": rows}
     (logdir / "probe_memory.json").write_text(json.dumps(out, indent=1))

@@ -194,6 +194,8 @@ def test_probe_memory_reads_the_rl2_runs_gru_and_scores_it_against_its_start(tmp
     assert written["seeds"] == [0, 1]
     assert set(written["splits"]) >= {"train", "interpolation", "extrapolation_low"}
     episodes = written["splits"]["train"]
+    steps = [episodes.pop(f"by_step_r2_{k}") for k in ("trained", "initial")]
+    assert [np.shape(s) for s in steps] == [(2, 90), (2, 90)]  # seeds, 3 episodes of 30
     assert list(episodes) == ["episode_1", "episode_2", "episode_3"]
     for values in episodes.values():
         assert set(values) == {
