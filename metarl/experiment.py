@@ -883,7 +883,9 @@ def load_run(
     segment (or `segment`, while its checkpoint is kept), to analyse them, with the
     policies its seeds started from. The experiment, `seed` and `num_seeds` must be
     the run's (its run.json is checked; a checkpoint of another structure is refused
-    by `checkpoint.restore`). Reads only: the run may go on afterwards."""
+    by `checkpoint.restore`). A `segment` whose checkpoint is not kept raises
+    FileNotFoundError naming the kept ones. Writes nothing (but moves a damaged
+    newest checkpoint aside, as a resume does), so the run may go on afterwards."""
     logdir = pathlib.Path(logdir)
     _check_seed(exp, seed, num_seeds)
     check_recorded(logdir, describe_run(exp, None, num_seeds, seed, 1, 1), "load_run")
