@@ -37,8 +37,7 @@ def env():
 
 @pytest.fixture(scope="module")
 def policy(env):
-    space = ppo.make_train_space(env, _config("gru"))
-    return ppo.make_policy(space, ppo.init_training_state(space, jax.random.key(0)))
+    return _policy(env, "gru")
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +71,22 @@ def test_the_recorded_memory_is_the_agents_in_the_contexts_asked_for(env, policy
     np.testing.assert_allclose(push.features[:, 0], np.asarray(carry.policy)[:6], rtol=1e-6)
 
 
-def test_a_feed_forward_agent_has_no_memory_to_probe(env, evaluator):
-    space = ppo.make_train_space(env, _config("mlp"))
-    mlp = ppo.make_policy(space, ppo.init_training_state(space, jax.random.key(0)))
+def _policy(env, core: str):
+    space = ppo.make_train_space(env, _config(core))
+    return ppo.make_policy(space, ppo.init_training_state(space, jax.random.key(0)))
+
+
+def test_an_lstm_memory_is_both_its_states_and_a_feed_forward_agent_has_none(env, evaluator):
+    lstm = _policy(env, "lstm")
+    memory = P.record_memory(evaluator, lstm, _gains(1.0, -1.0), jax.random.key(0))
+    assert memory.features.shape == (4, 2 * EPISODE, 16)  # (c, h) of 8 units each
+    ranges, _ = evaluator.ranges(_gains(1.0, -1.0))
+    state = jax.vmap(env.reset)(jax.random.split(jax.random.key(0), 8), ranges)
+    _, carry = lstm(state.obs, lstm.init_carry(8))
+    first = np.concatenate([np.asarray(x)[:4] for x in jax.tree.leaves(carry.policy)], -1)
+    np.testing.assert_allclose(memory.features[:, 0], first, rtol=1e-6)
     with pytest.raises(ValueError, match="core is 'mlp', which keeps no memory"):
-        P.record_memory(evaluator, mlp, _gains(1.0), jax.random.key(0))
+        P.record_memory(evaluator, _policy(env, "mlp"), _gains(1.0), jax.random.key(0))
 
 
 def _memory(features, targets, episodes=2) -> P.Memory:
