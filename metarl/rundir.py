@@ -328,6 +328,20 @@ def _ran_strategy(record: dict[str, Any]) -> dict[str, Any]:
     return {**config, STRATEGY: "loop" if backend == "cpu" else "dense"}
 
 
+def _config_differences(
+    old: dict[str, Any], config: dict[str, Any]
+) -> tuple[dict[str, tuple[Any, Any]], list[str]]:
+    """(differences, unrecorded): `old` run.json's config (with the strategy it ran)
+    against `config`, leaving out the fields an older metarl did not record."""
+    unrecorded = [k for k in RECORDED_LATER if k in config and k not in old["config"]]
+    config_now = {k: v for k, v in config.items() if k not in unrecorded}
+    return _differences(_ran_strategy(old), json.loads(json.dumps(config_now))), unrecorded
+
+
+def _lines(diff: Mapping[str, tuple[Any, Any]]) -> str:
+    return "\n".join(f"  {k}: run has {a!r}, now {b!r}" for k, (a, b) in diff.items())
+
+
 def check_recorded(logdir: pathlib.Path, config: dict[str, Any], who: str) -> None:
     """Refuses (ValueError naming the fields) to read `logdir`'s checkpoints as those of
     a run of `config` (`describe_run`'s) where its run.json records another value for
@@ -336,16 +350,10 @@ def check_recorded(logdir: pathlib.Path, config: dict[str, Any], who: str) -> No
     path = logdir / RUN_FILE
     if not path.exists():
         raise ValueError(f"{who}: {logdir} holds no {RUN_FILE}: no run of metarl.experiment")
-    old = json.loads(path.read_text())
-    config = {k: v for k, v in config.items() if k not in RECORDED_LATER or k in old["config"]}
-    diff = {
-        k: v
-        for k, v in _differences(_ran_strategy(old), json.loads(json.dumps(config))).items()
-        if k.startswith(NEVER_FORCED) and k not in EXTENDABLE
-    }
+    changed, _ = _config_differences(json.loads(path.read_text()), config)
+    diff = {k: v for k, v in changed.items() if k.startswith(NEVER_FORCED) and k not in EXTENDABLE}
     if diff:
-        lines = "\n".join(f"  {k}: run has {a!r}, now {b!r}" for k, (a, b) in diff.items())
-        raise ValueError(f"{who}: {logdir} holds a run of another experiment:\n{lines}")
+        raise ValueError(f"{who}: {logdir} holds a run of another experiment:\n{_lines(diff)}")
 
 
 def check_identity(
@@ -423,10 +431,9 @@ def check_identity(
                 f"{config['segments']} would end the run before them. Ask for at least "
                 f"{segments_done} (more extends the run)"
             )
-        if unrecorded := [k for k in RECORDED_LATER if k in config and k not in old["config"]]:
+        diff, unrecorded = _config_differences(old, config)
+        if unrecorded:
             note(f"{path} records no {unrecorded} (written by an older metarl): not compared")
-        config_now = {k: v for k, v in config.items() if k not in unrecorded}
-        diff = _differences(_ran_strategy(old), json.loads(json.dumps(config_now)))
         for section in ENVIRONMENT:  # other code, libraries or devices: forceable
             if section in old:
                 changed = _differences(old[section], now[section])
@@ -436,7 +443,7 @@ def check_identity(
         blocking = {k: v for k, v in diff.items() if k not in EXTENDABLE}
         never = {k: v for k, v in blocking.items() if k.startswith(NEVER_FORCED)}
         if blocking and (resume == "auto" or never):
-            lines = "\n".join(f"  {k}: run has {a!r}, now {b!r}" for k, (a, b) in blocking.items())
+            lines = _lines(blocking)
             hint = (
                 f"fields {sorted(never)} cannot be forced: start a new run with another --logdir"
                 if never
