@@ -7,7 +7,10 @@ distribution, between the training gains and beyond them, with the return of
 each episode of a trial logged (eval/<split>/episode_<i>/return): the
 adaptation curve. A third variant, the "oracle", is the MLP observing the
 context (`visible_context=True`): what knowing the motor from the first step
-is worth, the bound a memory that infers it can approach.
+is worth, the bound a memory that infers it can approach. After every segment a
+linear probe reads the motor from the GRU's memory (`--eval.probe` sets of
+contexts to fit it on; ``probe/<split>/...`` in TensorBoard): when the memory
+comes to hold it, and how well beyond the training motors.
 
     python experiments/rl2_hidden_context.py --logdir runs/rl2
 """
@@ -49,7 +52,9 @@ class Config(experiment.RunArgs):
         policy_hidden=(32,),
         value_hidden=(32,),
     )
-    eval: experiment.EvalConfig = experiment.EvalConfig(contexts=8, episodes=6)
+    # eval.probe: the gru's memory probed for the motor after every segment (the
+    # memoryless variants have none to probe)
+    eval: experiment.EvalConfig = experiment.EvalConfig(contexts=8, episodes=6, probe=4)
 
 
 def variants(cfg: Config) -> dict[str, experiment.Experiment]:
@@ -86,7 +91,7 @@ def variants(cfg: Config) -> dict[str, experiment.Experiment]:
             target=target,
             curriculum=curricula.LinearWidening(start=1.0, segments=1),  # fixed ranges
             ppo=ppo,
-            eval=cfg.eval,
+            eval=cfg.eval if ppo.core != "mlp" else dataclasses.replace(cfg.eval, probe=0),
         )
         for name, (e, ppo) in agents.items()
     }

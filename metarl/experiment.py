@@ -14,7 +14,8 @@ goes through four stages, each a method of `Run`:
    rerun whose config differs refuses to resume (see `RESUME_MODES`);
 3. **segment**: trains on the curriculum's ranges (no recompilation),
    evaluates on the current ranges and every held-out split, updates the
-   curriculum, logs to TensorBoard (`metarl.tensorboard` tag scheme) and saves
+   curriculum, logs to TensorBoard (`metarl.tensorboard` tag scheme), probes a
+   recurrent agent's memory where ``eval.probe`` asks (`metarl.probe`) and saves
    a checkpoint. Every key comes from ``fold_in`` of the seed, so a resumed
    run logs exactly what an uninterrupted one does; evaluation's keys come from
    streams apart from training's (`_stream`), so no evaluation key is a
@@ -52,6 +53,7 @@ from tqdm import tqdm
 
 from metarl import checkpoint, stats
 from metarl import evaluation as E
+from metarl import probe as P
 from metarl.agents import ppo
 from metarl.agents.ppo.config import check_seeds
 from metarl.contexts import Choice, ContextSpace, LogUniform, PerEnv
@@ -73,6 +75,7 @@ from metarl.tensorboard import (
     context_units,
     episode_return_tag,
     nonfinite_tag,
+    probe_tag,
 )
 
 # The return on contexts drawn from the ranges a segment trained on: what a
@@ -84,7 +87,7 @@ SPLITS = ("train", "interpolation", "extrapolation", "extrapolation_low", "extra
 # of the seed's key itself would be training's keys (split_keys(k, 3): 1 is the env's,
 # 2 the curriculum's): they hang off one tag that no split of that key reaches.
 _STREAMS = 0x6D657461
-_SETS, _EVAL, _NOW = 1, 2, 3
+_SETS, _EVAL, _NOW, _PROBE = 1, 2, 3, 4
 
 
 def _stream(seed: int, stream: int) -> jax.Array:
@@ -140,10 +143,14 @@ class EvalConfig:
     extrapolation_factor: float = 1.5  # extrapolate within this x the training interval
     heatmap: tuple[str, ...] = ()  # one or two context names (default: the first two)
     heatmap_points: int = 5  # grid points per axis (a Choice's axis: its own points)
+    # A recurrent agent's memory probed after each segment (`metarl.probe`): a linear
+    # probe fitted on this many sets of `contexts` contexts drawn from the target
+    # (fixed for the run) and scored on each held-out split; 0: no probe
+    probe: int = 0
 
     def __post_init__(self):
-        for name in ("contexts", "episodes", "heatmap_points"):
-            value, least = getattr(self, name), 2 if name == "heatmap_points" else 1
+        for name in ("contexts", "episodes", "heatmap_points", "probe"):
+            value, least = getattr(self, name), {"heatmap_points": 2, "probe": 0}.get(name, 1)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"eval.{name} must be an integer >= {least}, got {value!r}")
         factor = self.extrapolation_factor
@@ -201,6 +208,18 @@ class Experiment:
         except ValueError as e:
             raise ValueError(f"the experiment's target: {e}") from None
         _heatmap_axes(self)  # eval.heatmap's names, at once (not after training)
+        if self.eval.probe and self.ppo.core == "mlp":
+            raise ValueError(
+                f"eval.probe={self.eval.probe} probes a recurrent agent's memory, but "
+                "ppo.core is 'mlp', which keeps none: use core='gru' or 'lstm', or eval.probe=0"
+            )
+        if self.eval.probe and not any(
+            np.any(hi > lo) for lo, hi in self.target.intervals().values()
+        ):
+            raise ValueError(
+                f"eval.probe={self.eval.probe}: no context of the target varies, so the "
+                "memory has nothing to decode; give the target a range, or eval.probe=0"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,6 +335,40 @@ def held_out_sets(exp: Experiment, seed: int) -> dict[str, E.ContextSet]:
         except E.NoHeldOutValuesError as e:  # e.g. no physical value below a range near 0
             print(f"Held-out split {split!r} skipped: {e}", file=sys.stderr)
     return sets
+
+
+def probe_fit_sets(exp: Experiment, seed: int) -> list[E.ContextSet]:
+    """The `eval.probe` sets of `eval.contexts` contexts drawn from the target that
+    the run's memory probe is fitted on (none without a probe)."""
+    base = jax.random.fold_in(_stream(seed, _PROBE), 0)
+    sets = [
+        E.in_distribution(
+            exp.target, exp.eval.contexts, _int_seed(jax.random.fold_in(base, j)), exp.env
+        )
+        for j in range(exp.eval.probe)
+    ]
+    drawn = [np.concatenate([s.values[n] for s in sets]) for n in (sets[0].values if sets else ())]
+    if sets and not any(np.any(np.nanmax(v, 0) > np.nanmin(v, 0)) for v in drawn):
+        raise ValueError(
+            f"eval.probe: the {exp.eval.probe} x {exp.eval.contexts} contexts seed {seed} "
+            "draws to fit the memory probe on are all one context: nothing to decode; "
+            "draw more (a larger eval.probe or eval.contexts)"
+        )
+    return sets
+
+
+def _probe_scalars(scores: Mapping[str, P.ProbeScore], episodes: int) -> dict[str, float]:
+    """{tag: value} of a seed's probe scores: R^2 and the RMSE (the mean over the
+    probed dimensions) per split, over the trial and per episode of it."""
+    out = {}
+    for split, score in scores.items():
+        out[probe_tag(split, "r2")] = score.r2
+        out[probe_tag(split, "rmse")] = float(np.mean(score.error))
+        if episodes > 1:
+            for i in range(episodes):
+                out[probe_tag(split, "r2", i + 1)] = float(score.by_episode[i])
+                out[probe_tag(split, "rmse", i + 1)] = float(np.mean(score.error_by_episode[i]))
+    return out
 
 
 def _current_set(
@@ -453,6 +506,10 @@ class Run:
         # one draw of 6 contexts, 36 [27, 42] on another, the policies unchanged)
         self.sets = [held_out_sets(exp, s) for s in self.seeds]
         self.grid = E.grid(exp.target, self.compiled.grid_axes)
+        # the memory probe's fit sets, fixed for the run like the held-out ones, and
+        # the keys of its trials
+        self.probe_keys = [jax.random.fold_in(_stream(s, _PROBE), 1) for s in self.seeds]
+        self.probe_sets = [probe_fit_sets(exp, s) for s in self.seeds]
 
     def _init_states(self) -> None:
         """The training, curriculum and env states the run starts from."""
@@ -595,7 +652,17 @@ class Run:
         now = evaluator.evaluate(policy, now_set, key)
         held = {split: evaluator.evaluate(policy, s, key) for split, s in self.sets[i].items()}
         heat = evaluator.evaluate(policy, self.grid, key).mean
-        return {"now": float(np.nanmean(now.mean)), "held": held, "heat": heat}
+        result = {"now": float(np.nanmean(now.mean)), "held": held, "heat": heat}
+        if self.exp.eval.probe:
+            scores = P.fit_and_score(
+                evaluator,
+                policy,
+                self.probe_sets[i],
+                self.sets[i],
+                jax.random.fold_in(self.probe_keys[i], k),
+            )
+            result["probe"] = _probe_scalars(scores, self.exp.env.episodes_per_trial)
+        return result
 
     def _log(self, logger: RunLogger, step, metrics, ranges, contexts, result) -> None:
         held = result["held"]
@@ -623,6 +690,7 @@ class Run:
                 else None
             ),
         )
+        logger.log_scalars(step, result.get("probe", {}))
         self._log_heatmap(logger, step, result["heat"], [ranges])
         logger.flush()
 
@@ -672,6 +740,8 @@ class Run:
                 curves = np.stack([np.nanmean(r["held"][split].by_episode, 0) for r in results])
                 for i, scores in enumerate(curves.T, start=1):  # [seeds] per episode
                     scalars.update(_over_seeds(episode_return_tag(split, i), scores))
+        for tag in results[0].get("probe", {}):
+            scalars.update(_over_seeds(tag, np.asarray([r["probe"][tag] for r in results])))
         logger.log_scalars(step, scalars)
         # the compiled program's throughput, all seeds together (the same in every row)
         logger.log_train(step, {}, metrics["env_steps_per_sec"], metrics["compile_seconds"])
@@ -700,6 +770,10 @@ class Run:
             curves = [np.nanmean(r["held"]["train"].by_episode, 0) for r in results]
             per_episode = np.asarray(curves, float).T  # [episodes, seeds]
             row["episodes"] = [self._per_seed(list(map(float, e))) for e in per_episode]
+        if "probe" in results[0]:  # {tag: value per seed}, as logged
+            row["probe"] = {
+                t: self._per_seed([r["probe"][t] for r in results]) for t in results[0]["probe"]
+            }
         return row
 
     # stage 4 (after the last segment, on every run that reaches it)
@@ -712,7 +786,7 @@ class Run:
             values = {
                 k: v[i] if isinstance(v, list) else v
                 for k, v in final.items()
-                if k not in ("episodes", "nonfinite_episodes", "seeds", "curriculum")
+                if k not in ("episodes", "nonfinite_episodes", "seeds", "curriculum", "probe")
             }
             for j, v in enumerate(final.get("episodes", []), 1):
                 values[f"episode_{j}"] = v[i] if isinstance(v, list) else v
@@ -919,7 +993,9 @@ def _segments(r: Run, stack, flag, segments, steps_per_segment, hparams, resume,
         print(_line(_columns(r.num_seeds).values(), r.num_seeds))
     names, units = list(r.exp.target), context_units(r.exp.target)
     loggers = [
-        stack.enter_context(RunLogger(d, names, purge_step=purge, units=units))
+        stack.enter_context(
+            RunLogger(d, names, purge_step=purge, units=units, probe=bool(r.exp.eval.probe))
+        )
         for d in r._logdirs()
     ]
     for k in range(r.start, segments):
@@ -1001,6 +1077,8 @@ def run_variants(
             exp, pathlib.Path(logdir) / name, hparams, num_seeds, seed, steps_per_segment,
             segments, resume, quiet=True,
         )  # fmt: skip
+        for s in range(seed, seed + num_seeds):
+            probe_fit_sets(exp, s)  # a probe with nothing to decode
     base = next(iter(variants.values()))
     seeds = [seed + k for k in range(num_seeds)]
     apart = [n for n, exp in variants.items() if not _same_held_out(exp, base, seeds)]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from collections.abc import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -149,18 +150,28 @@ def _samples(memory: Memory) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
-def fit_probe(memory: Memory, ridge: float = 1.0) -> LinearProbe:
+def fit_probe(memory: Memory | Sequence[Memory], ridge: float = 1.0) -> LinearProbe:
     """Ridge regression (penalty `ridge` on standardized features) from every step's
-    memory to its context, one decoder for all steps of a trial."""
+    memory to its context, one decoder for all steps of a trial; fitted on one
+    recording or on several of one env together."""
     if not np.isfinite(ridge) or ridge < 0:
         raise ValueError(f"fit_probe: ridge must be a finite number >= 0, got {ridge!r}")
-    x, y, _ = _samples(memory)
-    dims = np.flatnonzero(np.ptp(memory.targets, axis=0) > 0)
+    memories = [memory] if isinstance(memory, Memory) else list(memory)
+    if not memories or any(m.names != memories[0].names for m in memories):
+        raise ValueError(
+            "fit_probe: give one recording or several of one env (the same context "
+            f"dimensions), got {[m.names for m in memories]}"
+        )
+    samples = [_samples(m) for m in memories]
+    x, y = (np.concatenate([s[i] for s in samples]) for i in (0, 1))
+    targets = np.concatenate([m.targets for m in memories])
+    names = memories[0].names
+    dims = np.flatnonzero(np.ptp(targets, axis=0) > 0)
     if not dims.size:
         raise ValueError(
-            f"fit_probe: no context varies across the {len(memory.targets)} envs of "
-            f"{memory.split!r} (dimensions {list(memory.names)}): nothing to decode; record "
-            "contexts drawn from the training ranges"
+            f"fit_probe: no context varies across the {len(targets)} envs of "
+            f"{sorted({m.split for m in memories})} (dimensions {list(names)}): nothing to "
+            "decode; record contexts drawn from the training ranges"
         )
     y = y[:, dims]
     feature_mean, feature_scale = x.mean(0), x.std(0)
@@ -170,7 +181,7 @@ def fit_probe(memory: Memory, ridge: float = 1.0) -> LinearProbe:
     gram = z.T @ z + ridge * np.eye(z.shape[1])
     weights = np.linalg.solve(gram, z.T @ (y - target_mean))
     return LinearProbe(
-        names=tuple(memory.names[i] for i in dims),
+        names=tuple(names[i] for i in dims),
         dims=dims,
         feature_mean=feature_mean,
         feature_scale=feature_scale,
@@ -238,3 +249,29 @@ def score_probe(probe: LinearProbe, memory: Memory) -> ProbeScore:
         bias_by_episode=np.stack([_mean(err[e]) for e in episodes]),
         names=probe.names,
     )
+
+
+def fit_and_score(
+    evaluator: Evaluator,
+    policy,
+    fit: Sequence[ContextSet],
+    score: Mapping[str, ContextSet],
+    key: jax.Array,
+    ridge: float = 1.0,
+) -> dict[str, ProbeScore]:
+    """{split: ProbeScore} of a probe fitted on recordings of the `fit` sets (contexts
+    drawn from the training ranges) and scored on a recording of each set of `score`
+    (held-out splits), the trials of the fit and of the scoring reset with keys
+    apart: the probe the runner logs after each segment (`EvalConfig.probe`)."""
+    k_fit, k_score = jax.random.split(key)
+    fitted = fit_probe(
+        [
+            record_memory(evaluator, policy, s, jax.random.fold_in(k_fit, i))
+            for i, s in enumerate(fit)
+        ],
+        ridge,
+    )
+    return {
+        split: score_probe(fitted, record_memory(evaluator, policy, s, k_score))
+        for split, s in score.items()
+    }

@@ -52,6 +52,7 @@ RECORDED_LATER = (
     "experiment.env.reset_chunk",
     "experiment.env.space",
     "experiment.env.code",
+    "eval.probe",
 )
 # What a run ran on, recorded beside its config and compared like config fields
 # "<section>.<name>" (forceable): provenance.software() (+ the script's hash), .platform()

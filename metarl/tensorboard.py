@@ -17,6 +17,10 @@ Tags (``step`` is always the environment-step count):
   trial (i = 1..k), the adaptation curve of an agent that learns within a trial;
   ``eval/<split>/nonfinite_episodes``: its episodes cut because the physics went
   NaN or inf (their returns count up to the cut; the aggregate sums the seeds).
+* ``probe/<split>/r2`` and ``probe/<split>/rmse``, with ``probe/<split>/episode_<i>/r2``
+  and ``.../rmse`` per episode of a trial: what a linear probe decodes of the hidden
+  context from a recurrent agent's memory on a held-out split (`metarl.probe`;
+  logged where ``EvalConfig.probe`` asks for it).
 * ``eval/heatmap``: image of the mean return over a 2-D context grid, every cell
   labelled, the ranges trained on in that segment outlined; logged at every segment.
 * With several seeds, ``<logdir>/seed_<s>`` holds each seed's run and
@@ -37,7 +41,8 @@ Characters TensorBoard does not allow in tags (all but letters, digits, ``_ - . 
 become ``_`` as in tensorboardX (``geom_friction[:, 0]`` -> ``context/geom_friction____0_``);
 the module-level functions return the exact stored tags. A custom-scalars layout (one
 dashboard) shows train vs held-out returns in one chart, the generalization and
-interpolation gaps in another and one chart per curriculum range (low and high).
+interpolation gaps in another, one chart per curriculum range (low and high) and,
+for a run that probes its memory, the probe's R^2 on every split in one chart.
 """
 
 from __future__ import annotations
@@ -109,6 +114,13 @@ def nonfinite_tag(split: str) -> str:
 def episode_return_tag(split: str, episode: int) -> str:
     """Mean return of the `episode`-th episode (1-based) of a trial on a split."""
     return clean_tag(f"eval/{split}/episode_{episode}/return")
+
+
+def probe_tag(split: str, what: str, episode: int | None = None) -> str:
+    """A memory probe's `what` ("r2", "rmse") on a split, over a whole trial or on its
+    `episode`-th episode (1-based)."""
+    within = "" if episode is None else f"episode_{episode}/"
+    return clean_tag(f"probe/{split}/{within}{what}")
 
 
 def hparam_metric_tag(name: str) -> str:
@@ -270,14 +282,17 @@ class RunLogger:
         context_names: Sequence[str],
         units: Mapping[str, str] | None = None,
         purge_step: int | None = None,
+        probe: bool = False,
     ):
         """`purge_step`: when resuming a run, events at or after this step that an
-        interrupted run left behind are hidden from TensorBoard."""
+        interrupted run left behind are hidden from TensorBoard. `probe`: the run logs
+        a memory probe (``probe/`` tags), charted in the layout."""
         if isinstance(context_names, str):
             raise TypeError("context_names must be a sequence of names, not one string")
         self.logdir = os.fspath(logdir)
         self.context_names = tuple(context_names)
         self.units = dict(units or {})
+        self.probe = probe
         # tensorboardX names a file by the second it opens (events.out.tfevents.<s>.<host>)
         # and truncates a file of that name: a resumed run opening within the same second
         # would erase the run's earlier events. The suffix makes the name unique and keeps
@@ -302,6 +317,11 @@ class RunLogger:
                     "Multiline",
                     [GENERALIZATION_GAP + "$", INTERPOLATION_GAP + "$"],
                 ],
+                **(
+                    {"memory probe: R^2 per split": ["Multiline", [r"probe/[^/]+/r2$"]]}
+                    if self.probe
+                    else {}
+                ),
                 **{
                     f"curriculum: {n}": ["Multiline", [re.escape(t) + "$" for t in range_tags(n)]]
                     for n in self.context_names

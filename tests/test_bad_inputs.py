@@ -695,6 +695,36 @@ ROWS = [
         "names one context twice",
     ),
     (
+        "eval probe -1",
+        lambda: experiment.EvalConfig(probe=-1),
+        ValueError,
+        "eval.probe must be an integer >= 0",
+    ),
+    (  # a feed-forward agent has no memory to probe: refused before it trains
+        "eval probe of an mlp",
+        lambda: experiment.Experiment(
+            env(),
+            G,
+            curricula.LinearWidening(1.0, 1),
+            ppo.PPOConfig(**SMALL),
+            experiment.EvalConfig(probe=2),
+        ),  # fmt: skip
+        ValueError,
+        "ppo.core is 'mlp', which keeps none: use core='gru' or 'lstm', or eval.probe=0",
+    ),
+    (
+        "eval probe of a fixed target",
+        lambda: experiment.Experiment(
+            env(),
+            C.ContextSpace({"gravity": C.Uniform(9.8, 9.8)}),
+            curricula.LinearWidening(1.0, 1),
+            ppo.PPOConfig(**SMALL, core="gru"),
+            experiment.EvalConfig(probe=2),
+        ),  # fmt: skip
+        ValueError,
+        "no context of the target varies",
+    ),
+    (
         "run args ppo seed",
         lambda: experiment.RunArgs(seed=3).seeded(ppo.PPOConfig(seed=7)),
         SystemExit,

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import jax
 import numpy as np
@@ -138,6 +139,9 @@ def test_rl2_hidden_context_takes_its_flags_for_the_variant_they_fit():
     }
     with pytest.raises(SystemExit, match="set by each variant"):
         rl2.variants(tyro.cli(rl2.Config, args=["--ppo.no-rl2-inputs"]))
+    # the memory probe runs on the gru alone, the memoryless variants having none
+    assert [variants[k].eval.probe for k in ("gru", "mlp", "oracle")] == [4, 0, 0]
+    assert variants["mlp"].eval == replace(variants["gru"].eval, probe=0)
     # The oracle: the mlp's config on the same task, observing the motor gain it is
     # drawn with (the last observation entry), which the other two never see.
     oracle = variants["oracle"]

@@ -130,3 +130,19 @@ def test_the_probe_decodes_a_context_the_memory_holds_and_not_one_it_does_not():
         P.score_probe(probe, other)
     with pytest.raises(ValueError, match="ridge must be a finite number >= 0"):
         P.fit_probe(_synthetic(0, True), ridge=-1.0)
+
+
+def test_a_probe_fitted_on_several_recordings_is_the_probe_of_all_their_trials():
+    """The runner fits on several recordings (`EvalConfig.probe` sets): the same as
+    one recording of all their envs; recordings of other dimensions are refused."""
+    a, b = _synthetic(0, True), _synthetic(2, True)
+    both = _memory(np.concatenate([a.features, b.features]), np.concatenate([a.targets, b.targets]))
+    split, joint = P.fit_probe([a, b]), P.fit_probe(both)
+    np.testing.assert_allclose(split.weights, joint.weights, rtol=1e-10)
+    np.testing.assert_allclose(split.mean, joint.mean, rtol=1e-12)
+    assert not np.allclose(split.weights, P.fit_probe(a).weights)
+    other = P.Memory(**{**vars(b), "names": ("c", "d")})
+    with pytest.raises(ValueError, match="several of one env"):
+        P.fit_probe([a, other])
+    with pytest.raises(ValueError, match="several of one env"):
+        P.fit_probe([])

@@ -22,6 +22,7 @@ from tensorboardX import SummaryWriter
 import curricula
 from metarl import checkpoint, experiment, provenance, rundir, stats
 from metarl import contexts as C
+from metarl import probe as P
 from metarl.agents import ppo
 from metarl.envs import make_contextual
 from metarl.tensorboard import HPARAMS_SUFFIX, RunLogger, read_scalars
@@ -108,7 +109,9 @@ def _hparams_sessions(logdir) -> list[tuple[int, dict]]:
 
 def test_resumed_run_logs_exactly_what_an_uninterrupted_run_logs(exp, compiled, tmp_path):
     """Also with the stock's entries checkpointed thinned, one per env, and computed
-    again on resume (`ppo.thin_env_state`, `ppo.restock_env_state`)."""
+    again on resume (`ppo.thin_env_state`, `ppo.restock_env_state`), and the memory
+    probe logged after each segment."""
+    exp = replace(exp, eval=replace(exp.eval, probe=1))
     whole = _run(exp, compiled, tmp_path / "whole", 3)
     _run(exp, compiled, tmp_path / "parts", 2)  # then "killed" and rerun for 3 segments
     # the leaves on disk ([key path, shape, dtype], in orbax's metadata of the step)
@@ -124,6 +127,7 @@ def test_resumed_run_logs_exactly_what_an_uninterrupted_run_logs(exp, compiled, 
     for tag in a:
         assert a[tag] == b[tag], tag  # same steps, same values, no duplicates
     assert [s for s, _ in a["eval/extrapolation_low/return"]] == [256, 512, 768]
+    assert [s for s, _ in a["probe/extrapolation_low/rmse"]] == [256, 512, 768]
     # the HParams too: the 2-segment run's report was replaced by the extended run's
     assert [s for s, _ in b["hparams/train"]] == [768]
     sessions = _hparams_sessions(tmp_path / "parts")
@@ -777,6 +781,58 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path, monkeypatc
         assert got == pytest.approx(value, rel=1e-5, abs=1e-3, nan_ok=True), suffix
 
 
+def test_the_memory_probe_is_the_trained_memorys_and_changes_no_other_number(exp, tmp_path):
+    """eval.probe: after each segment a probe of the GRU's memory, fitted on the run's
+    fixed fit sets and scored on every held-out split (`metarl.probe`), is logged per
+    seed, over seeds and in the history; the policy load_run reads back gives the
+    same figures bit for bit, and every other number is the run's without a probe."""
+    trials = make_contextual("inverted_pendulum", TARGET, episode_length=25, episodes_per_trial=2)
+    plain = replace(exp, env=trials, eval=replace(exp.eval, episodes=2))
+    probed = replace(plain, eval=replace(plain.eval, probe=2))
+    compiled = experiment.compile_experiment(plain, num_seeds=2)  # one for both
+    without = _run(plain, compiled, tmp_path / "plain", 1, num_seeds=2)
+    rows = _run(probed, compiled, tmp_path / "probed", 1, num_seeds=2)
+    assert [{k: v for k, v in r.items() if k != "probe"} for r in rows] == without
+    for run in ("seed_0", "seed_1", "aggregate"):
+        a, b = (_timed_free(read_scalars(tmp_path / d / run)) for d in ("plain", "probed"))
+        kept = {t: v for t, v in b.items() if not t.startswith("probe/")}
+        np.testing.assert_equal(kept, a, err_msg=run)  # NaN (no CI at 2 seeds) equals NaN
+    splits = [s for s in experiment.SPLITS if s in rows[0]]
+    tags = {
+        f"probe/{s}/{e}{m}"
+        for s in splits
+        for e in ("", "episode_1/", "episode_2/")
+        for m in ("r2", "rmse")
+    }
+    assert set(rows[0]["probe"]) == tags
+    agg = read_scalars(tmp_path / "probed" / "aggregate")
+    assert {t + "/iqm_ci_high" for t in tags} <= set(agg)
+    loaded = experiment.load_run(
+        probed, logdir=tmp_path / "probed", seed=0, num_seeds=2, compiled=compiled
+    )
+    for i, seed in enumerate(loaded.seeds):
+        key = jax.random.fold_in(experiment._stream(seed, experiment._PROBE), 1)
+        scores = P.fit_and_score(
+            compiled.evaluator,
+            loaded.policies[i],
+            experiment.probe_fit_sets(probed, seed),
+            experiment.held_out_sets(probed, seed),
+            jax.random.fold_in(key, 0),  # the first segment's
+        )
+        logged = read_scalars(tmp_path / "probed" / f"seed_{seed}")
+        for split in splits:
+            score = scores[split]
+            assert rows[0]["probe"][f"probe/{split}/r2"][i] == score.r2
+            rmse = np.mean(score.error_by_episode[1])
+            assert rows[0]["probe"][f"probe/{split}/episode_2/rmse"][i] == rmse
+            assert logged[f"probe/{split}/episode_2/rmse"] == [
+                (rows[0]["env_steps"], pytest.approx(rmse))
+            ]
+            assert np.isfinite(score.r2) and score.r2 <= 1
+    # the two seeds' memories are probed apart: their scores differ
+    assert len(set(rows[0]["probe"]["probe/train/r2"])) == 2
+
+
 def test_the_return_a_curriculum_decides_on_is_logged_and_kept(exp, compiled, tmp_path):
     """`PerformanceGated` reads the return on the ranges just trained on, which no
     held-out split measures: the history and TensorBoard keep the very value it read."""
@@ -893,10 +949,12 @@ def test_evaluation_keys_are_none_of_trainings_keys():
         training |= {data(c) for c in jax.random.split(k, 65)}
         training |= {data(jax.random.fold_in(k, i)) for i in range(8)}  # per-segment keys
     runner = set()
-    for stream in (experiment._SETS, experiment._EVAL, experiment._NOW):
+    for stream in (experiment._SETS, experiment._EVAL, experiment._NOW, experiment._PROBE):
         root = experiment._stream(seed, stream)
         runner |= {data(root)} | {data(jax.random.fold_in(root, i)) for i in range(8)}
-    assert len(runner) == 27
+    probe = jax.random.fold_in(experiment._stream(seed, experiment._PROBE), 1)
+    runner |= {data(jax.random.fold_in(probe, i)) for i in range(8)}  # per segment
+    assert len(runner) == 44
     assert not runner & training
 
 
