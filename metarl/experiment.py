@@ -1195,7 +1195,41 @@ def print_table(rows: list[dict], logdir: str | os.PathLike) -> None:
         print(f"\nFinal eval train return per seed: {finals}")
     if cut := _nonfinite_note(rows[-1]):
         print(f"\n{cut}")
+    for line in _probe_lines(rows):
+        print(line)
     print(f"\nDashboard: tensorboard --logdir {logdir}")
+
+
+def _probe_lines(rows: list[dict], name: str = "") -> list[str]:
+    """A memory probe's history (`EvalConfig.probe`): R^2 and RMSE over a trial on
+    each split by segment, then R^2 by episode of a trial in the last segment, IQM
+    [95% CI] over seeds; nothing for a run without a probe."""
+    if "probe" not in rows[-1]:
+        return []
+    probe = rows[-1]["probe"]
+    num_seeds = len(rows[-1]["seeds"]) if isinstance(rows[-1].get("seeds"), list) else 1
+    columns = _columns(1)
+    splits = [s for s in columns if f"probe/{s}/r2" in probe]
+
+    def cell(value):
+        value = value if isinstance(value, list) else [value]
+        return stats.format_iqm(stats.summarize(np.asarray(value, float)), 2)
+
+    out = [
+        f"\n{name + ' ' if name else ''}memory probe (out-of-sample R^2 over a trial and "
+        "RMSE in the context's units, per held-out split; IQM [95% CI] over seeds):",
+        _line(["", "segment", "env steps", *(columns[s] for s in splits)], num_seeds),
+    ]
+    for what in ("r2", "rmse"):
+        for row in rows:
+            cells = [cell(row["probe"][probe_tag(s, what)]) for s in splits]
+            label = "R^2" if what == "r2" else "RMSE"
+            out.append(_line([label, row["segment"], row["env_steps"], *cells], num_seeds))
+    episodes = sorted({int(t.split("/")[2][8:]) for t in probe if "/episode_" in t})
+    for s in splits if episodes else ():
+        curve = "  ".join(f"{e}: {cell(probe[probe_tag(s, 'r2', e)])}" for e in episodes)
+        out.append(f"R^2 on {columns[s]} by episode i of a trial, last segment: {curve}")
+    return out
 
 
 def _adaptation_curve(episodes: list) -> str:
@@ -1284,6 +1318,9 @@ def print_comparison(
             print(f"{name} {_adaptation_curve(rows[-1]['episodes'])}")
         if cut := _nonfinite_note(rows[-1]):
             print(f"{name}: {cut}")
+    for name, rows in results.items():
+        for line in _probe_lines(rows, name):
+            print(line)
     print(f"\nDashboard: tensorboard --logdir {logdir}")
 
 
@@ -1298,6 +1335,7 @@ __all__ = [
     "held_out_sets",
     "print_comparison",
     "print_table",
+    "probe_fit_sets",
     "run",
     "run_variants",
 ]

@@ -781,7 +781,7 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path, monkeypatc
         assert got == pytest.approx(value, rel=1e-5, abs=1e-3, nan_ok=True), suffix
 
 
-def test_the_memory_probe_is_the_trained_memorys_and_changes_no_other_number(exp, tmp_path):
+def test_the_memory_probe_is_the_trained_memorys_and_changes_no_other_number(exp, tmp_path, capsys):
     """eval.probe: after each segment a probe of the GRU's memory, fitted on the run's
     fixed fit sets and scored on every held-out split (`metarl.probe`), is logged per
     seed, over seeds and in the history; the policy load_run reads back gives the
@@ -831,6 +831,13 @@ def test_the_memory_probe_is_the_trained_memorys_and_changes_no_other_number(exp
             assert np.isfinite(score.r2) and score.r2 <= 1
     # the two seeds' memories are probed apart: their scores differ
     assert len(set(rows[0]["probe"]["probe/train/r2"])) == 2
+    # the table prints them by segment, with the last segment's curve over a trial
+    experiment.print_table(rows, tmp_path)
+    out = capsys.readouterr().out
+    r2 = stats.format_iqm(stats.summarize(rows[0]["probe"]["probe/extrapolation_high/r2"]), 2)
+    (line,) = [x for x in out.splitlines() if x.split()[:3] == ["R^2", "1", "256"]]
+    assert line.split()[-5:] == r2.split()  # "0.12 [no CI: 2 seeds]"
+    assert "R^2 on eval train by episode i of a trial, last segment: 1: " in out
 
 
 def test_the_return_a_curriculum_decides_on_is_logged_and_kept(exp, compiled, tmp_path):
