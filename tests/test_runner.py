@@ -520,6 +520,16 @@ def test_a_run_made_with_another_reset_strategy_says_which_to_resume_with(exp, t
         rundir.check_identity(tmp_path, now, "force")
 
 
+def test_a_run_recorded_before_the_memory_probe_resumes_and_a_probe_changed_is_named(exp, tmp_path):
+    now = rundir.describe_run(exp, None, 1, 0, STEPS, 3)
+    assert now["eval.probe"] == 0
+    rundir.check_identity(tmp_path, {k: v for k, v in now.items() if k != "eval.probe"}, "auto")
+    assert rundir.check_identity(tmp_path, now, "auto")["config"] == now  # an older run.json
+    probed = replace(exp, eval=replace(exp.eval, probe=2))
+    with pytest.raises(SystemExit, match=r"eval\.probe: run has 0, now 2"):
+        rundir.check_identity(tmp_path, rundir.describe_run(probed, None, 1, 0, STEPS, 3), "auto")
+
+
 def test_rerunning_a_finished_run_logs_nothing_new(exp, compiled, tmp_path):
     logdir = tmp_path / "run"
     _run(exp, compiled, logdir, 2, hparams={"lr": 1.0})
