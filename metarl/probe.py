@@ -17,8 +17,11 @@ held-out splits: a memory whose code for the context holds out of distribution
 scores there as in it. Score the agent's initial parameters too: a random
 recurrent network fed actions and rewards already carries some of the context,
 so what training adds is the difference (`experiments/probe_memory.py` does
-both, over seeds). Only the policy's core is probed (the value tower has its
-own); a feed-forward agent has no memory to probe and is refused.
+both, over seeds). `fit_and_score` fits on several recordings and scores every
+held-out split at once: the runner calls it after each segment where
+``EvalConfig.probe`` asks, so the probe's figures follow training. Only the
+policy's core is probed (the value tower has its own); a feed-forward agent has
+no memory to probe and is refused.
 """
 
 from __future__ import annotations
