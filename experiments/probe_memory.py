@@ -62,7 +62,7 @@ def _iqm(scores: np.ndarray) -> str:
 
 
 def main(cfg: Config) -> dict:
-    gru = rl2.variants(cfg)["gru"]
+    gru = rl2.variants(dataclasses.replace(cfg, agents=("gru",)))["gru"]
     logdir = pathlib.Path(cfg.logdir)
     loaded = experiment.load_run(gru, logdir=logdir / "gru", seed=cfg.seed, num_seeds=cfg.num_seeds)
     env, k = gru.env, gru.env.episodes_per_trial
