@@ -142,6 +142,11 @@ def test_rl2_hidden_context_takes_its_flags_for_the_variant_they_fit():
     # the memory probe runs on the gru alone, the memoryless variants having none
     assert [variants[k].eval.probe for k in ("gru", "mlp", "oracle")] == [4, 0, 0]
     assert variants["mlp"].eval == replace(variants["gru"].eval, probe=0)
+    # --agents runs a subset, each variant as in the whole comparison
+    (alone,) = rl2.variants(replace(cfg, agents=("gru",))).values()
+    assert (alone.ppo, alone.eval) == (variants["gru"].ppo, variants["gru"].eval)
+    with pytest.raises(SystemExit, match=r"--agents: \['lstm'\]; choose among"):
+        rl2.variants(tyro.cli(rl2.Config, args=["--agents", "gru", "lstm"]))
     # The oracle: the mlp's config on the same task, observing the motor gain it is
     # drawn with (the last observation entry), which the other two never see.
     oracle = variants["oracle"]
