@@ -1209,7 +1209,7 @@ def _probe_lines(rows: list[dict], name: str = "") -> list[str]:
     probe = rows[-1]["probe"]
     num_seeds = len(rows[-1]["seeds"]) if isinstance(rows[-1].get("seeds"), list) else 1
     columns = _columns(1)
-    splits = [s for s in columns if f"probe/{s}/r2" in probe]
+    splits = [s for s in columns if probe_tag(s, "r2") in probe]
 
     def cell(value):
         value = value if isinstance(value, list) else [value]
@@ -1225,7 +1225,7 @@ def _probe_lines(rows: list[dict], name: str = "") -> list[str]:
             cells = [cell(row["probe"][probe_tag(s, what)]) for s in splits]
             label = "R^2" if what == "r2" else "RMSE"
             out.append(_line([label, row["segment"], row["env_steps"], *cells], num_seeds))
-    episodes = sorted({int(t.split("/")[2][8:]) for t in probe if "/episode_" in t})
+    episodes = [e for e in range(1, len(probe)) if probe_tag(splits[0], "r2", e) in probe]
     for s in splits if episodes else ():
         curve = "  ".join(f"{e}: {cell(probe[probe_tag(s, 'r2', e)])}" for e in episodes)
         out.append(f"R^2 on {columns[s]} by episode i of a trial, last segment: {curve}")

@@ -708,7 +708,7 @@ ROWS = [
             curricula.LinearWidening(1.0, 1),
             ppo.PPOConfig(**SMALL),
             experiment.EvalConfig(probe=2),
-        ),  # fmt: skip
+        ),
         ValueError,
         "ppo.core is 'mlp', which keeps none: use core='gru' or 'lstm', or eval.probe=0",
     ),
@@ -720,7 +720,7 @@ ROWS = [
             curricula.LinearWidening(1.0, 1),
             ppo.PPOConfig(**SMALL, core="gru"),
             experiment.EvalConfig(probe=2),
-        ),  # fmt: skip
+        ),
         ValueError,
         "no context of the target varies",
     ),
