@@ -202,6 +202,10 @@ def test_check_env_catches_a_broken_env():
         check_env(env, num_envs=4, max_steps=20)
 
 
+# A range checked inside jit fails as its program runs (`Binding.check_traced`)
+RANGE_ERRORS = (ValueError, jax.errors.JaxRuntimeError)
+
+
 @pytest.fixture(scope="module")
 def pendulum():
     """Episodes of 5 steps, trials of 3 episodes, gravity visible in the observation."""
@@ -327,13 +331,57 @@ def test_set_ranges_takes_per_env_rows_in_and_out_of_jit_and_checks_them():
     # the numbers of per-env rows are checked like shared ones
     bad = jax.tree.map(np.array, rows)  # a copy, rebuilt without the constructor's checks
     bad["gravity"].low[2], bad["gravity"].high[2] = 9.0, 8.0
-    with pytest.raises(ValueError, match="low <= high"):
-        env.set_ranges(state, C.PerEnv(bad))
+    for call in (env.set_ranges, jax.jit(env.set_ranges)):  # in jit: as the program runs
+        with pytest.raises(RANGE_ERRORS, match=r"low <= high.* \(row \(2,\) of \(4,\)\)"):
+            jax.block_until_ready(call(state, C.PerEnv(bad)))
     # rows of another length are refused in and out of jit, naming the shapes
     three = C.PerEnv(jax.tree.map(lambda x: x[:3], rows))
     for call in (env.set_ranges, jax.jit(env.set_ranges)):
         with pytest.raises(ValueError, match="parameter shapes differ"):
             call(state, three)
+
+
+def test_ranges_a_jitted_function_computes_are_checked_as_it_runs():
+    """Numbers traced inside jit cannot be checked when traced: a host callback checks
+    them when the program runs and the call raises the ValueError a concrete range
+    gets (before, a row of low > high drew its low bound, silently): JAX raises the
+    ValueError itself, or its runtime error carrying the message where it reports the
+    callback's failure later (`RANGE_ERRORS`). Valid ranges
+    pass through unchanged, and a new value compiles nothing."""
+    space = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)})
+    env = make_contextual(Puck(), space, episode_length=3)
+    keys = jax.random.split(jax.random.key(0), 4)
+    state = jax.jit(jax.vmap(env.reset))(keys)
+
+    def ranges(width):  # what a curriculum running inside jit would compute
+        return C.ContextSpace({"gravity": C.Uniform(10.0 - width, 10.0 + width)})
+
+    widen = jax.jit(lambda s, w: env.set_ranges(s, ranges(w)))
+    reset = jax.jit(lambda k, w: jax.vmap(env.reset, in_axes=(0, None))(k, ranges(w)))
+    # a seed axis in front, each seed its own width: the rows of both are checked
+    seeds = jax.jit(jax.vmap(lambda k, w: jax.vmap(env.reset, in_axes=(0, None))(k, ranges(w))))
+    seed_keys = jnp.stack([keys, keys])
+    for w in (2.0, 4.0):  # valid ranges: what concrete ones give
+        out = widen(state, w)
+        np.testing.assert_array_equal(out.info[TRIAL].ranges["gravity"].high, 10.0 + w)
+        want = env.set_ranges(state, ranges(w))  # concrete: checked at once
+        for got, x in zip(jax.tree.leaves(out), jax.tree.leaves(want), strict=True):
+            if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+                got, x = jax.random.key_data(got), jax.random.key_data(x)
+            np.testing.assert_array_equal(got, x)
+        drawn = reset(keys, w).info[CONTEXT]["gravity"]
+        assert np.all((drawn >= 10.0 - w) & (drawn <= 10.0 + w)) and np.ptp(drawn) > 0
+    seeds(seed_keys, jnp.array([1.0, 3.0]))
+    with count_compilations() as compiles:
+        message = "inside jit, checked as it ran: context 'gravity': Uniform needs low <= high"
+        with pytest.raises(RANGE_ERRORS, match=message):
+            jax.block_until_ready(widen(state, -1.0))
+        with pytest.raises(RANGE_ERRORS, match=message):
+            jax.block_until_ready(reset(keys, -1.0))
+        # a seed axis in front, each seed its own width: the bad row is named
+        with pytest.raises(RANGE_ERRORS, match=r"low <= high.* \(row \(1,\) of \(2,\)\)"):
+            jax.block_until_ready(seeds(seed_keys, jnp.array([1.0, -3.0])))
+    assert compiles.count == 0
 
 
 def test_privileged_observation_is_a_dict():

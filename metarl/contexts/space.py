@@ -645,8 +645,41 @@ class Binding:
             np.concatenate([x.reshape(n, -1) for x in leaves], 1), axis=0, return_index=True
         )[1]
         for i in rows:  # validate each distinct row once
-            self.check_limits(jax.tree.map(lambda x, i=i: x[i], flat))
+            try:
+                self.check_limits(jax.tree.map(lambda x, i=i: x[i], flat))
+            except ValueError as err:
+                row = tuple(int(k) for k in np.unravel_index(i, batch_shape))
+                raise ValueError(f"{err} (row {row} of {tuple(batch_shape)})") from None
         return ranges
+
+    def check_traced(self, ranges: Any, batch_shape: tuple[int, ...] = ()) -> ContextSpace:
+        """`check_limits` for ranges whose numbers are traced (computed inside jit).
+
+        Returns the same ranges passed through a host callback of the compiled
+        program: when the program runs, the callback checks the concrete numbers
+        (every row, `batch_shape` and any vmapped axes in front) and raises the
+        ValueError `check_limits` raises, which JAX raises again where the
+        program is called. The program must use what this returns. Once per
+        call of the program: a device-to-host copy of the ranges, no recompilation.
+        """
+        leaves, tree = jax.tree.flatten(ranges)
+        if not self.entries or not leaves:
+            return ranges
+        leaves = [jnp.asarray(x) for x in leaves]
+        ndim = leaves[0].ndim  # every leaf gets the same vmapped axes (broadcast_all)
+
+        def check(*concrete):
+            concrete = [np.asarray(x) for x in concrete]
+            batch = concrete[0].shape[: concrete[0].ndim - ndim] + tuple(batch_shape)
+            try:
+                self.check_limits(jax.tree.unflatten(tree, concrete), batch)
+            except ValueError as err:
+                raise ValueError(f"ranges computed inside jit, checked as it ran: {err}") from None
+            return concrete
+
+        shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
+        checked = jax.pure_callback(check, shapes, *leaves, vmap_method="broadcast_all")
+        return jax.tree.unflatten(tree, checked)
 
 
 def _normaliser(dist: Distribution) -> tuple[np.ndarray, np.ndarray]:

@@ -209,8 +209,8 @@ class ContextualEnv(Env):
             ranges = self.space
         elif all(not isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(ranges)):
             ranges = self.binding.check_ranges(ranges)  # concrete: validate as set_ranges does
-        else:  # traced (the evaluator pins values with Fixed): names and flags still known
-            ranges = self.space.check_meaning(ranges)
+        else:  # traced (the evaluator pins values with Fixed): numbers checked as it runs
+            ranges = self.binding.check_traced(self.space.check_meaning(ranges))
         key = (
             rng
             if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
@@ -347,10 +347,12 @@ class ContextualEnv(Env):
 
         `ranges`: shared by every env, or one row per env of a batched `state`
         (`PerEnv`: every parameter with the state's batch shape in front; nothing
-        is guessed from shapes). Shapes are checked in and out of jit, numbers
-        (NaN or infinite bounds, low > high, physical limits) only where they are
-        concrete, outside jit: ranges computed inside jit are the caller's to
-        keep valid. No recompilation when a jitted function receives the result.
+        is guessed from shapes). Shapes are checked at once, in and out of jit;
+        numbers (NaN or infinite bounds, low > high, physical limits) at once
+        when they are concrete, and, when a jitted function computes them, by a
+        host callback as its program runs (`Binding.check_traced`): the call
+        raises the same ValueError. No recompilation when a jitted function
+        receives the result.
         A trial already running keeps its context: an env whose ranges changed
         has ``TrialInfo.current_ranges`` 0 until its next trial starts.
         """
@@ -369,6 +371,8 @@ class ContextualEnv(Env):
                 raise
         if all(not isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(ranges)):
             ranges = self.binding.check_ranges(ranges, rows)
+        else:  # computed inside jit: numbers checked when the program runs
+            ranges = self.binding.check_traced(ranges, rows)
         new = jax.tree.map(
             lambda old, x: jnp.broadcast_to(jnp.asarray(x, old.dtype), old.shape),
             trial.ranges,
