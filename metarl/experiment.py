@@ -44,6 +44,7 @@ import os
 import pathlib
 import signal
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
@@ -71,11 +72,13 @@ from metarl.rundir import (
     write_json,
 )
 from metarl.tensorboard import (
+    RUNNER_STAGES,
     RunLogger,
     context_units,
     episode_return_tag,
     nonfinite_tag,
     probe_tag,
+    stage_seconds_tag,
 )
 
 # The return on contexts drawn from the ranges a segment trained on: what a
@@ -476,6 +479,8 @@ class Run:
         self.seeds = [seed + k for k in range(num_seeds)]
         self.rows: list[dict] = []
         self.start = 0
+        # wall seconds per stage (RUNNER_STAGES) of each segment run in this process
+        self.seconds: list[dict[str, float]] = []
 
     @property
     def space(self) -> ppo.TrainSpace:
@@ -603,6 +608,7 @@ class Run:
     def segment(self, k: int, segments: int, steps: int, loggers, flag, progress: bool) -> None:
         exp = self.exp
         ranges = self._ranges()
+        clock = time.perf_counter()
         with tqdm(
             total=steps,
             desc=f"segment {k + 1}/{segments}",
@@ -619,12 +625,16 @@ class Run:
             self.ts, self.es, metrics = ppo.run_train(
                 self.space, self.ts, self.es, steps, context=ranges, progress=report, chunks=10
             )
+        seconds = dict.fromkeys(RUNNER_STAGES, 0.0)
+        seconds["train"] = time.perf_counter() - clock
         metrics = [metrics] if self.num_seeds == 1 else metrics
         ranges = [ranges] if self.num_seeds == 1 else ranges
         results = []
         for i in range(self.num_seeds):
             ts = self.ts if self.num_seeds == 1 else ppo.select_seed(self.ts, i)
             results.append(self._evaluate(i, k, ts, ranges[i]))
+            for stage, spent in results[-1].pop("seconds").items():
+                seconds[stage] += spent
             read = {**metrics[i], "eval_return": results[-1]["now"]}
             summary = getattr(exp.curriculum, "summary", None)  # before the update
             results[-1]["curriculum"] = (
@@ -632,6 +642,8 @@ class Run:
             )
             self.cstates[i] = exp.curriculum.update(self.cstates[i], read)
         step = self.space.env_steps(self.ts)
+        clock = time.perf_counter()
+        self._log_seconds(loggers, step, seconds, ("train", "eval", "probe"))
         contexts = jax.device_get(self.es.env.info[CONTEXT])
         for i, logger in enumerate(loggers[: self.num_seeds]):
             seed_contexts = contexts if self.num_seeds == 1 else ppo.select_seed(contexts, i)
@@ -640,9 +652,26 @@ class Run:
             self._log_aggregate(loggers[-1], step, results, ranges, metrics[0])
         self.rows.append(self._row(k + 1, step, metrics, results))
         write_json(self.logdir / HISTORY, self.rows)
+        seconds["log"], clock = time.perf_counter() - clock, time.perf_counter()
         checkpoint.save(self.logdir / CHECKPOINTS, k + 1, self._state(k + 1), keep=2)
+        seconds["checkpoint"] = time.perf_counter() - clock
+        # after the checkpoint, at the segment's step: a resume keeps these points
+        self._log_seconds(loggers, step, seconds, ("log", "checkpoint"))
+        self.seconds.append(seconds)
+
+    def _log_seconds(self, loggers, step: int, seconds: dict, stages: tuple[str, ...]) -> None:
+        """perf/<stage>_seconds, the segment's wall time in `stages` (all seeds
+        together), in every run's events; the probe's only where it runs."""
+        timed = {
+            stage_seconds_tag(s): seconds[s] for s in stages if s != "probe" or self.exp.eval.probe
+        }
+        for logger in loggers:
+            logger.log_scalars(step, timed)
+            logger.flush()
 
     def _evaluate(self, i: int, k: int, ts, ranges) -> dict[str, Any]:
+        """Seed i's evaluation after segment k, with its wall time under "seconds"."""
+        clock = time.perf_counter()
         policy = ppo.make_policy(self.space, ts)
         evaluator = self.compiled.evaluator
         key = jax.random.fold_in(self.eval_keys[i], k)  # the evaluator splits it per env
@@ -653,7 +682,9 @@ class Run:
         held = {split: evaluator.evaluate(policy, s, key) for split, s in self.sets[i].items()}
         heat = evaluator.evaluate(policy, self.grid, key).mean
         result = {"now": float(np.nanmean(now.mean)), "held": held, "heat": heat}
+        result["seconds"] = {"eval": time.perf_counter() - clock}
         if self.exp.eval.probe:
+            clock = time.perf_counter()
             scores = P.fit_and_score(
                 evaluator,
                 policy,
@@ -662,6 +693,7 @@ class Run:
                 jax.random.fold_in(self.probe_keys[i], k),
             )
             result["probe"] = _probe_scalars(scores, self.exp.env.episodes_per_trial)
+            result["seconds"]["probe"] = time.perf_counter() - clock
         return result
 
     def _log(self, logger: RunLogger, step, metrics, ranges, contexts, result) -> None:
@@ -929,6 +961,8 @@ def run(
         _segments(r, stack, flag, segments, steps_per_segment, hparams, resume, progress)
     if table:
         print_table(r.rows, logdir)
+        if r.seconds:
+            print(seconds_line(r.seconds, probe=bool(exp.eval.probe)))
     return r.rows
 
 
@@ -1177,6 +1211,18 @@ def _line(values, num_seeds: int = 1) -> str:
     # an IQM cell over seeds is as wide as "1234 [no CI: 3 seeds]" or "-123 [-456, 789]"
     width = 15 if num_seeds == 1 else 21
     return " ".join(f"{v!s:>{width}}" for v in values)
+
+
+def seconds_line(seconds: list[dict[str, float]], probe: bool = True) -> str:
+    """Where the wall time of segments went: each stage's total (`RUNNER_STAGES`,
+    the probe's only if `probe`) and its share of their sum."""
+    totals = {s: sum(d[s] for d in seconds) for s in RUNNER_STAGES if probe or s != "probe"}
+    whole = sum(totals.values())
+    parts = ", ".join(
+        f"{s} {t:.1f} s ({100 * t / whole if whole else 0:.0f}%)" for s, t in totals.items()
+    )
+    n = len(seconds)
+    return f"Wall time of the {n} segment{'s' * (n != 1)} run here: {whole:.1f} s; {parts}"
 
 
 def print_table(rows: list[dict], logdir: str | os.PathLike) -> None:

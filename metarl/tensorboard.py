@@ -4,7 +4,9 @@ Tags (``step`` is always the environment-step count):
 
 * ``train/return``: mean training episode return of a segment; ``train/<name>``: any
   other scalar training metric (losses, ...); ``perf/env_steps_per_sec``: throughput
-  (compilation left out), ``perf/compile_seconds``: time spent compiling in the segment.
+  (compilation left out), ``perf/compile_seconds``: time spent compiling in the segment;
+  ``perf/<stage>_seconds``: the experiment runner's wall time in each stage of a
+  segment (`RUNNER_STAGES`: train, eval, probe, log, checkpoint), all seeds together.
 * ``curriculum/<context>/low`` and ``/high``: current range of each context dimension
   (the min of ``low`` and the max of ``high`` over elements and envs).
 * ``context/<context>``: histogram of the sampled contexts.
@@ -41,8 +43,9 @@ Characters TensorBoard does not allow in tags (all but letters, digits, ``_ - . 
 become ``_`` as in tensorboardX (``geom_friction[:, 0]`` -> ``context/geom_friction____0_``);
 the module-level functions return the exact stored tags. A custom-scalars layout (one
 dashboard) shows train vs held-out returns in one chart, the generalization and
-interpolation gaps in another, one chart per curriculum range (low and high) and,
-for a run that probes its memory, the probe's R^2 on every split in one chart.
+interpolation gaps in another, the runner's wall time by stage in a third, one
+chart per curriculum range (low and high) and, for a run that probes its memory,
+the probe's R^2 on every split in one chart.
 """
 
 from __future__ import annotations
@@ -73,6 +76,10 @@ ENV_STEPS_PER_SEC = "perf/env_steps_per_sec"
 # run_train's timings of the whole compiled program (every seed): logged under perf/ only
 PROGRAM_TIMINGS = ("env_steps_per_sec", "compile_seconds")
 COMPILE_SECONDS = "perf/compile_seconds"
+# The stages of a segment of the experiment runner, timed as `perf/<stage>_seconds`:
+# run_train (compilation included), held-out evaluation (with the heatmap's grid),
+# the memory probe, writing TensorBoard's events and history.json, the checkpoint
+RUNNER_STAGES = ("train", "eval", "probe", "log", "checkpoint")
 GENERALIZATION_GAP = "eval/generalization_gap"
 INTERPOLATION_GAP = "eval/interpolation_gap"
 HEATMAP = "eval/heatmap"
@@ -121,6 +128,13 @@ def probe_tag(split: str, what: str, episode: int | None = None) -> str:
     `episode`-th episode (1-based)."""
     within = "" if episode is None else f"episode_{episode}/"
     return clean_tag(f"probe/{split}/{within}{what}")
+
+
+def stage_seconds_tag(stage: str) -> str:
+    """The experiment runner's wall time in one stage of a segment (`RUNNER_STAGES`)."""
+    if stage not in RUNNER_STAGES:
+        raise ValueError(f"unknown runner stage {stage!r}; valid: {', '.join(RUNNER_STAGES)}")
+    return f"perf/{stage}_seconds"
 
 
 def hparam_metric_tag(name: str) -> str:
@@ -316,6 +330,10 @@ class RunLogger:
                 "generalization gap": [
                     "Multiline",
                     [GENERALIZATION_GAP + "$", INTERPOLATION_GAP + "$"],
+                ],
+                "wall time per segment, by stage": [
+                    "Multiline",
+                    [rf"perf/({'|'.join(RUNNER_STAGES)})_seconds$"],
                 ],
                 **(
                     {"memory probe: R^2 per split": ["Multiline", [r"probe/[^/]+/r2$"]]}

@@ -25,7 +25,13 @@ from metarl import contexts as C
 from metarl import probe as P
 from metarl.agents import ppo
 from metarl.envs import make_contextual
-from metarl.tensorboard import HPARAMS_SUFFIX, RunLogger, read_scalars
+from metarl.tensorboard import (
+    HPARAMS_SUFFIX,
+    RUNNER_STAGES,
+    RunLogger,
+    read_scalars,
+    stage_seconds_tag,
+)
 from metarl.trees import to_numpy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -133,6 +139,15 @@ def test_resumed_run_logs_exactly_what_an_uninterrupted_run_logs(exp, compiled, 
     sessions = _hparams_sessions(tmp_path / "parts")
     assert [(step, h["segments"]) for step, h in sessions] == [(768, 3)]
     assert sessions == _hparams_sessions(tmp_path / "whole")
+    # where each segment's wall time went, once per segment in every run's events,
+    # the resumed run's included (its first two segments' from the first attempt)
+    timed = read_scalars(tmp_path / "parts")
+    for stage in RUNNER_STAGES:
+        points = timed[stage_seconds_tag(stage)]
+        assert [s for s, _ in points] == [256, 512, 768], stage
+        assert all(np.isfinite(v) and v >= 0 for _, v in points), (stage, points)
+        if stage != "log":  # what a segment cannot do in no time
+            assert all(v > 0 for _, v in points), (stage, points)
 
 
 def test_a_restart_before_the_first_checkpoint_leaves_no_duplicate_points(exp, compiled, tmp_path):
@@ -807,6 +822,11 @@ def test_the_memory_probe_is_the_trained_memorys_and_changes_no_other_number(exp
         a, b = (_timed_free(read_scalars(tmp_path / d / run)) for d in ("plain", "probed"))
         kept = {t: v for t, v in b.items() if not t.startswith("probe/")}
         np.testing.assert_equal(kept, a, err_msg=run)  # NaN (no CI at 2 seeds) equals NaN
+        # the probe's wall time is logged where it runs, and only there
+        probe_seconds = stage_seconds_tag("probe")
+        assert probe_seconds not in read_scalars(tmp_path / "plain" / run)
+        ((_, spent),) = read_scalars(tmp_path / "probed" / run)[probe_seconds]
+        assert spent > 0
     splits = [s for s in experiment.SPLITS if s in rows[0]]
     tags = {
         f"probe/{s}/{e}{m}"
@@ -848,6 +868,24 @@ def test_the_memory_probe_is_the_trained_memorys_and_changes_no_other_number(exp
     (line,) = [x for x in out.splitlines() if x.split()[:3] == ["R^2", "1", "256"]]
     assert line.split()[-5:] == r2.split()  # "0.12 [no CI: 2 seeds]"
     assert "R^2 on eval train by episode i of a trial, last segment: 1: " in out
+
+
+def test_the_wall_time_line_sums_the_stages_and_gives_their_shares():
+    seconds = [
+        {"train": 6.0, "eval": 2.0, "probe": 1.0, "log": 0.5, "checkpoint": 0.5},
+        {"train": 3.0, "eval": 1.0, "probe": 0.0, "log": 0.5, "checkpoint": 0.5},
+    ]
+    assert experiment.seconds_line(seconds) == (
+        "Wall time of the 2 segments run here: 15.0 s; train 9.0 s (60%), eval 3.0 s "
+        "(20%), probe 1.0 s (7%), log 1.0 s (7%), checkpoint 1.0 s (7%)"
+    )
+    line = experiment.seconds_line(seconds[1:], probe=False)
+    assert line == (
+        "Wall time of the 1 segment run here: 5.0 s; train 3.0 s (60%), eval 1.0 s (20%), "
+        "log 0.5 s (10%), checkpoint 0.5 s (10%)"
+    )
+    with pytest.raises(ValueError, match="unknown runner stage 'compile'; valid: train, eval"):
+        stage_seconds_tag("compile")
 
 
 def test_the_return_a_curriculum_decides_on_is_logged_and_kept(exp, compiled, tmp_path):

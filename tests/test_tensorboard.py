@@ -217,6 +217,7 @@ def test_custom_scalars_layout(run):
     assert list(charts) == [
         "return: train vs held-out",
         "generalization gap",
+        "wall time per segment, by stage",
         "curriculum: gravity",
         "curriculum: mass",
     ]
@@ -229,6 +230,10 @@ def test_custom_scalars_layout(run):
     assert shown("generalization gap") == {"eval/generalization_gap", "eval/interpolation_gap"}
     assert shown("curriculum: gravity") == {"curriculum/gravity/low", "curriculum/gravity/high"}
     assert shown("curriculum: mass") == {"curriculum/mass/low", "curriculum/mass/high"}
+    # the runner's stage timings (this logger's run writes none), not the other perf/ tags
+    stages = {L.stage_seconds_tag(s) for s in L.RUNNER_STAGES}
+    perf = stages | {L.ENV_STEPS_PER_SEC, L.COMPILE_SECONDS}
+    assert {t for t in perf if re.match(charts["wall time per segment, by stage"][0], t)} == stages
 
 
 def test_hparams_plugin_data(run):
