@@ -348,7 +348,8 @@ class Evaluator:
     """Runs context sets with a policy; one compilation for every set and segment.
 
     Sets are padded to `max_contexts`, so sets of any size up to it share the
-    compiled function; policies from the same TrainSpace share it too. `episodes`
+    compiled function (a larger set runs in chunks of `max_contexts`); policies
+    from the same TrainSpace share it too. `episodes`
     per context is a multiple of the env's ``episodes_per_trial`` (k): whole
     trials are run and all their episodes counted, so that no episode of a trial
     weighs more in the mean than another (a part trial would count its first
@@ -455,7 +456,29 @@ class Evaluator:
 
     def evaluate(self, policy, contexts: ContextSet, key: jax.Array) -> EvalResult:
         """Mean and std of episode returns per context (deterministic for a fixed key);
-        `contexts` as `ranges` takes them."""
+        `contexts` as `ranges` takes them, any number of them: a set of more than
+        `max_contexts` runs in chunks of `max_contexts` in the same compiled program,
+        chunk i with ``fold_in(key, i)`` (the first with `key`, as a set that fits)."""
+        if len(contexts) > self.max_contexts:
+            chunks = [
+                self.evaluate(
+                    policy,
+                    ContextSet(
+                        contexts.split,
+                        {n: v[i : i + self.max_contexts] for n, v in contexts.values.items()},
+                    ),
+                    key if i == 0 else jax.random.fold_in(key, i // self.max_contexts),
+                )
+                for i in range(0, len(contexts), self.max_contexts)
+            ]
+            return EvalResult(
+                contexts=contexts,
+                **{
+                    f.name: np.concatenate([getattr(r, f.name) for r in chunks])
+                    for f in dataclasses.fields(EvalResult)
+                    if f.name != "contexts"
+                },
+            )
         ranges, c = self.ranges(contexts)
         raw, cut = map(np.asarray, self._run(policy, ranges, key))  # [contexts * trials, k]
         per_context = raw.reshape(self.max_contexts, -1)[:c]  # [c, trials * k = episodes]

@@ -241,7 +241,7 @@ class Compiled:
             and dataclasses.replace(self.space.config, seed=exp.ppo.seed) == exp.ppo
             and self.space.num_seeds == (num_seeds if num_seeds > 1 else None)
             and self.evaluator.episodes == exp.eval.episodes
-            and self.evaluator.max_contexts == _eval_size(exp.eval.contexts, axes)
+            and self.evaluator.max_contexts == exp.eval.contexts
             and self.grid_axes.keys() == axes.keys()
             and all(np.array_equal(self.grid_axes[k], v) for k, v in axes.items())
         )
@@ -262,14 +262,11 @@ def compile_experiment(exp: Experiment, num_seeds: int = 1) -> Compiled:
     ppo.precompile(space, skip_cpu=True)
     return Compiled(
         space=space,
-        evaluator=E.Evaluator(exp.env, exp.eval.episodes, _eval_size(exp.eval.contexts, axes)),
+        # a split's size: the heatmap's larger grid runs in chunks of it (`evaluate`),
+        # and no split is padded to the grid's size
+        evaluator=E.Evaluator(exp.env, exp.eval.episodes, exp.eval.contexts),
         grid_axes=axes,
     )
-
-
-def _eval_size(contexts: int, axes: Mapping[str, np.ndarray]) -> int:
-    """Contexts the evaluator takes at once: a split's, or the heatmap grid's if larger."""
-    return max(contexts, int(np.prod([len(v) for v in axes.values()])))
 
 
 def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
@@ -961,8 +958,8 @@ def run(
         _segments(r, stack, flag, segments, steps_per_segment, hparams, resume, progress)
     if table:
         print_table(r.rows, logdir)
-        if r.seconds:
-            print(seconds_line(r.seconds, probe=bool(exp.eval.probe)))
+    if progress and r.seconds:
+        print(seconds_line(r.seconds, probe=bool(exp.eval.probe)))
     return r.rows
 
 

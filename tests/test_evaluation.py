@@ -15,6 +15,7 @@ from metarl import contexts as C
 from metarl import evaluation as E
 from metarl import tensorboard as L
 from metarl.agents import ppo
+from metarl.compilation import count_compilations
 from metarl.envs import TRIAL, make_contextual
 from metarl.envs.toy import Puck
 
@@ -411,6 +412,32 @@ def test_an_env_with_no_contexts_evaluates_its_one_empty_context():
         _Push(), E.ContextSet("train", {}), jax.random.key(0)
     )
     assert result.returns.shape == (1, 2) and np.all(result.returns != 0)
+
+
+def test_a_set_larger_than_the_evaluator_runs_in_chunks_of_its_size():
+    """The runner's evaluator takes a split's contexts; the heatmap's larger grid runs
+    through the same program in chunks, chunk i with fold_in(key, i), and gives what
+    those chunks give alone (before, every split was padded to the grid's size)."""
+    space = C.ContextSpace({"mass": C.Scale(0.5, 2.0)})
+    env = make_contextual(Puck(), space, episode_length=15)
+    evaluator = E.Evaluator(env, episodes=2, max_contexts=2)
+    masses = np.linspace(0.5, 2.0, 5, dtype=np.float32)
+    key = jax.random.key(4)
+    chunks = [
+        evaluator.evaluate(
+            _Push(), E.ContextSet("grid", {"mass": masses[i : i + 2]}), jax.random.fold_in(key, j)
+        )
+        for j, i in enumerate(range(0, 5, 2))
+    ]
+    chunks[0] = evaluator.evaluate(_Push(), E.ContextSet("grid", {"mass": masses[:2]}), key)
+    with count_compilations() as compiles:
+        whole = evaluator.evaluate(_Push(), E.ContextSet("grid", {"mass": masses}), key)
+    assert compiles.count == 0
+    assert whole.contexts.values["mass"] is masses and whole.returns.shape == (5, 2)
+    for field in ("returns", "mean", "std", "by_episode", "nonfinite"):
+        want = np.concatenate([getattr(c, field) for c in chunks])
+        np.testing.assert_array_equal(getattr(whole, field), want, err_msg=field)
+    assert len(set(whole.mean.tolist())) == 5  # each mass its own return
 
 
 def test_a_context_set_gives_every_name_one_value_per_context():
