@@ -13,7 +13,15 @@ from conftest import load_script
 
 from metarl import contexts as C
 from metarl.compilation import count_compilations
-from metarl.envs import CONTEXT, TRIAL, ContractError, check_env, make_contextual
+from metarl.envs import (
+    CONTEXT,
+    RESET_STRATEGIES,
+    TRIAL,
+    ContractError,
+    check_env,
+    make_contextual,
+)
+from metarl.envs.autoreset import POOLED
 from metarl.envs.toy import Puck
 
 PENDULUM_SPACE = C.ContextSpace(
@@ -382,6 +390,15 @@ def test_ranges_a_jitted_function_computes_are_checked_as_it_runs():
         with pytest.raises(RANGE_ERRORS, match=r"low <= high.* \(row \(1,\) of \(2,\)\)"):
             jax.block_until_ready(seeds(seed_keys, jnp.array([1.0, -3.0])))
     assert compiles.count == 0
+    # a step resets from the ranges in its state, checked when they were set: no
+    # callback on the step's path, whatever the reset strategy
+    for strategy in RESET_STRATEGIES:
+        env = make_contextual(Puck(), space, episode_length=3, reset_strategy=strategy)
+        batch = jax.vmap(env.reset)(keys)
+        if strategy in POOLED:
+            batch = jax.vmap(lambda s, env=env: env.stock(s, 2))(batch)
+        action = jnp.zeros((4, env.action_size))
+        assert "callback" not in str(jax.make_jaxpr(jax.vmap(env.step))(batch, action)), strategy
 
 
 def test_privileged_observation_is_a_dict():
