@@ -654,6 +654,8 @@ class Run:
         seconds["checkpoint"] = time.perf_counter() - clock
         # after the checkpoint, at the segment's step: a resume keeps these points
         self._log_seconds(loggers, step, seconds, ("log", "checkpoint"))
+        for logger in loggers:  # the others went out with the segment's own flush
+            logger.flush()
         self.seconds.append(seconds)
 
     def _log_seconds(self, loggers, step: int, seconds: dict, stages: tuple[str, ...]) -> None:
@@ -664,7 +666,6 @@ class Run:
         }
         for logger in loggers:
             logger.log_scalars(step, timed)
-            logger.flush()
 
     def _evaluate(self, i: int, k: int, ts, ranges) -> dict[str, Any]:
         """Seed i's evaluation after segment k, with its wall time under "seconds"."""
