@@ -45,12 +45,21 @@ class Config(rl2.Config):
     ridge: float = 1.0  # the probe's penalty on standardized memory units
 
 
-def _probe(exp, evaluator, fitter, policy, sets, seed: int, ridge: float) -> dict:
-    """{split: ProbeScore} of a probe fitted on fresh contexts of the training ranges
-    (other reset keys than the scored trials')."""
-    key_fit, key_score = jax.random.split(jax.random.key(seed))
+def keys(seed: int) -> tuple[jax.Array, jax.Array]:
+    """(the fit's reset key, the scored trials') of a seed."""
+    return tuple(jax.random.split(jax.random.key(seed)))
+
+
+def fit(exp, fitter, policy, seed: int, ridge: float) -> P.LinearProbe:
+    """The seed's probe, fitted on ``fitter.max_contexts`` fresh contexts of the
+    training ranges (other reset keys than the scored trials')."""
     fit_set = E.in_distribution(exp.target, fitter.max_contexts, seed=seed, env=exp.env)
-    fitted = P.fit_probe(P.record_memory(fitter, policy, fit_set, key_fit), ridge)
+    return P.fit_probe(P.record_memory(fitter, policy, fit_set, keys(seed)[0]), ridge)
+
+
+def _probe(exp, evaluator, fitter, policy, sets, seed: int, ridge: float) -> dict:
+    """{split: ProbeScore} of the seed's probe on its held-out sets."""
+    fitted, key_score = fit(exp, fitter, policy, seed, ridge), keys(seed)[1]
     return {
         split: P.score_probe(fitted, P.record_memory(evaluator, policy, s, key_score))
         for split, s in sets.items()

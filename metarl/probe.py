@@ -22,6 +22,17 @@ held-out split at once: the runner calls it after each segment where
 ``EvalConfig.probe`` asks, so the probe's figures follow training. Only the
 policy's core is probed (the value tower has its own); a feed-forward agent has
 no memory to probe and is refused.
+
+A probe says what the memory holds, not what the policy acts on. `steer` asks
+that: it runs the trials with the memory edited at every step, after the core
+updates it and before the action head reads it, by the smallest change that
+makes the probe decode a chosen context (by default each env's own: a memory
+corrected to hold the context it runs in), and returns the evaluation's
+returns. If the return moves with the decoded context, the policy acts on that
+code; ``control=True`` makes an edit of the same size at every step in a fixed
+direction the probe does not read (it decodes what it did), the check that a
+return change is the code's and not any perturbation's; ``strength`` scales the
+edit (0: none, the plain policy's evaluation exactly).
 """
 
 from __future__ import annotations
@@ -29,13 +40,15 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from metarl.envs import CONTEXT, TRIAL
-from metarl.evaluation import ContextSet, Evaluator
+from metarl.evaluation import ContextSet, EvalResult, Evaluator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,3 +291,167 @@ def fit_and_score(
         split: score_probe(fitted, record_memory(evaluator, policy, s, k_score))
         for split, s in score.items()
     }
+
+
+def _values(env, contexts: ContextSet) -> np.ndarray:
+    """[C, D]: each context of `contexts` as a Memory's targets hold it (flattened over
+    the env's entries and their elements, in draw units)."""
+    c = len(contexts)
+    out = []
+    for e in env.binding.entries:
+        v = np.asarray(contexts.values[e.name], np.float32)
+        out.append(
+            np.broadcast_to(v.reshape((c,) + v.shape[1:]), (c,) + e.draw_shape).reshape(c, -1)
+        )
+    return np.concatenate(out, axis=-1)
+
+
+class SteeredPolicy(struct.PyTreeNode):
+    """A recurrent `Policy` whose core state is edited at every step, after the core
+    updates it and before the action head reads it (the edited state is also what
+    it carries on): ``features += strength * edit``, where edit is the smallest change
+    that makes the probe's readout (``features @ readout.T + offset``) equal
+    `target`, or with `control` one of the same size along `direction`, which the
+    readout does not see. Built by `steer_policy`; used as a Policy by
+    `Evaluator.evaluate` and `record_memory` (its envs are theirs, row for row)."""
+
+    policy: Any
+    readout: jax.Array  # [D', F]
+    offset: jax.Array  # [D']
+    inverse: jax.Array  # [F, D']: the readout's pseudo-inverse (the minimal edit's map)
+    target: jax.Array  # [N, D']: what each env's memory is made to decode
+    direction: jax.Array  # [F]: unit, readout @ direction = 0 (control only)
+    strength: jax.Array  # []
+    control: bool = struct.field(pytree_node=False, default=False)
+
+    @property
+    def agent(self):
+        return self.policy.agent
+
+    def init_carry(self, batch: int):
+        return self.policy.init_carry(batch)
+
+    def observe(self, carry, action, state):
+        return self.policy.observe(carry, action, state)
+
+    def edit(self, features: jax.Array) -> jax.Array:
+        """[N, F] -> [N, F]: the features edited as the head will read them."""
+        missing = self.target - (features @ self.readout.T + self.offset)  # [N, D']
+        delta = missing @ self.inverse.T
+        if self.control:
+            delta = jnp.linalg.norm(delta, axis=-1, keepdims=True) * self.direction
+        return features + self.strength * delta
+
+    def __call__(self, obs, carry, key=None):
+        p, agent = self.policy, self.policy.agent
+        p._check_observation(obs)  # noqa: SLF001 - the Policy's own check
+        tower, params = agent.towers()[0], p.params["policy"]
+
+        def core(o, c):  # one env: the core's updated state, before the head
+            actor_in, _ = agent.inputs(p.normalizer, o, c)
+            x = tower.apply(params, actor_in, method="encode")
+            return tower.apply(params, c.policy, x, c.reset, method="recur")[0]
+
+        state = jax.vmap(core)(obs, carry)
+        leaves, tree = jax.tree.flatten(state)
+        sizes = np.cumsum([x.shape[-1] for x in leaves])[:-1]
+        edited = jnp.split(self.edit(jnp.concatenate(leaves, -1)), sizes, -1)
+        state = jax.tree.unflatten(tree, edited)
+
+        # the head reads the core's output: a GRU's state, an LSTM's h (its last leaf)
+        def act(h):  # one env's action, as `Agent.act` takes it
+            return agent.head.postprocess(agent.head.mode(tower.apply(params, h, method="decode")))
+
+        action = jax.vmap(act)(edited[-1])
+        zero = jnp.zeros_like(carry.reset)
+        return action, carry.replace(policy=state, reset=zero, new_episode=zero)
+
+
+def steer_policy(
+    evaluator: Evaluator,
+    policy,
+    probe: LinearProbe,
+    to: ContextSet,
+    *,
+    strength: float = 1.0,
+    control: bool = False,
+    seed: int = 0,
+) -> SteeredPolicy:
+    """`policy` (deterministic, recurrent) with its memory steered, in the envs of
+    `evaluator` running a set of ``len(to)`` contexts, so that the probe decodes
+    context i of `to` in the envs of context i (the padding's envs: the last one);
+    `control` draws its direction from `seed`."""
+    if not jax.tree.leaves(policy.init_carry(1).policy):
+        raise ValueError(
+            f"steer: the agent's core is {policy.agent.core!r}, which keeps no memory to "
+            "steer; steer an agent with core='gru' or 'lstm'"
+        )
+    if not policy.deterministic:
+        raise ValueError("steer: give the deterministic policy (evaluation's)")
+    if not np.isfinite(strength):
+        raise ValueError(f"steer: strength must be a finite number, got {strength!r}")
+    names = _dimension_names(evaluator.env)
+    if tuple(names[i] for i in probe.dims if i < len(names)) != probe.names:
+        raise ValueError(
+            f"steer: the env's context dimensions are {list(names)}, not those the probe "
+            f"was fitted on ({list(probe.names)}): fit it on a recording of this env"
+        )
+    c = len(to)
+    if c > evaluator.max_contexts:
+        raise ValueError(
+            f"steer: {c} contexts; the evaluator runs at most {evaluator.max_contexts} "
+            "at once, and steering runs a set in one batch: split the set"
+        )
+    features = len(probe.feature_mean)
+    if features != sum(x.shape[-1] for x in jax.tree.leaves(policy.init_carry(1).policy)):
+        raise ValueError(
+            f"steer: the probe reads {features} memory units; this agent's core has "
+            f"{jax.tree.leaves(policy.init_carry(1).policy)[0].shape[-1]} per state: "
+            "fit the probe on this policy's memory"
+        )
+    readout = (probe.weights / probe.feature_scale[:, None]).T  # [D', F]
+    offset = probe.mean - probe.feature_mean @ readout.T
+    target = _values(evaluator.env, to)[:, probe.dims]
+    target = target[np.minimum(np.arange(evaluator.max_contexts), c - 1)]
+    inverse = np.linalg.pinv(readout)  # [F, D']
+    direction = np.random.default_rng(seed).standard_normal(features)
+    direction -= inverse @ (readout @ direction)  # out of the readout's row space
+    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    return SteeredPolicy(
+        policy=policy,
+        readout=f32(readout),
+        offset=f32(offset),
+        inverse=f32(inverse),
+        target=f32(np.repeat(target, evaluator.trials, axis=0)),
+        direction=f32(direction / np.linalg.norm(direction)),
+        strength=f32(strength),
+        control=control,
+    )
+
+
+def steer(
+    evaluator: Evaluator,
+    policy,
+    probe: LinearProbe,
+    contexts: ContextSet,
+    key: jax.Array,
+    *,
+    to: ContextSet | None = None,
+    strength: float = 1.0,
+    control: bool = False,
+    seed: int = 0,
+) -> EvalResult:
+    """`evaluator.evaluate` of `policy` on `contexts` (at most ``max_contexts``) with
+    its memory steered so that the probe decodes, in the envs of context i, context i
+    of `to` (default `contexts`: the context each env runs); see `SteeredPolicy`.
+    One compilation per evaluator and agent, whatever the sets, strength and probe."""
+    to = contexts if to is None else to
+    if len(to) != len(contexts):
+        raise ValueError(
+            f"steer: `to` holds {len(to)} contexts for the {len(contexts)} of "
+            f"{contexts.split!r}: give one to decode per context run"
+        )
+    steered = steer_policy(
+        evaluator, policy, probe, to, strength=strength, control=control, seed=seed
+    )
+    return evaluator.evaluate(steered, contexts, key)

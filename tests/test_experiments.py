@@ -180,9 +180,10 @@ def test_random_contexts_lists_each_episode_with_the_context_it_ran_in(capsys):
             random_contexts.Config(**{field: value})
 
 
-def test_probe_memory_reads_the_rl2_runs_gru_and_scores_it_against_its_start(tmp_path):
+def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
     """probe_memory trains nothing: it probes the GRU rl2_hidden_context trained (here
-    its gru variant alone, tiny), for each seed, trained and at its initial parameters."""
+    its gru variant alone, tiny), for each seed, trained and at its initial parameters.
+    steer_memory, with the oracle run too, evaluates the GRU with its memory steered."""
     probe_memory = _script("probe_memory")
     rl2 = sys.modules["rl2_hidden_context"]
     args = ["--logdir", str(tmp_path), "--num-seeds", "2", "--segments", "1"]
@@ -212,3 +213,22 @@ def test_probe_memory_reads_the_rl2_runs_gru_and_scores_it_against_its_start(tmp
         }
         assert all(len(v) == 2 and np.all(np.isfinite(v)) for v in values.values())
         assert values["rmse_trained"] != values["rmse_initial"]  # two different memories
+
+    steer_memory = _script("steer_memory")
+    steer_cfg = tyro.cli(steer_memory.Config, args=[*args, "--fit-contexts", "4"])
+    with pytest.raises(ValueError, match="holds no run.json"):
+        steer_memory.main(steer_cfg)  # no oracle run yet
+    experiment.run(
+        rl2.variants(run_cfg)["oracle"], **run_cfg.run_kwargs() | {"logdir": tmp_path / "oracle"},
+        hparams=run_cfg, progress=False, table=False,
+    )  # fmt: skip
+    steered = steer_memory.main(steer_cfg)
+    assert json.loads((tmp_path / "steer_memory.json").read_text()) == json.loads(
+        json.dumps(steered)
+    )
+    returns = steered["returns"]
+    assert list(returns) == ["plain", "steered", "control", "reversed", "oracle"]
+    assert np.shape(returns["plain"]["train"]) == (2, 4)  # seeds, (return, 3 episodes)
+    assert returns["reversed"] != returns["plain"]  # the edits reach the actions
+    for condition, splits in returns.items():
+        assert all(np.all(np.isfinite(v)) for v in splits.values()), condition

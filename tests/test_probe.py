@@ -146,3 +146,75 @@ def test_a_probe_fitted_on_several_recordings_is_the_probe_of_all_their_trials()
         P.fit_probe([a, other])
     with pytest.raises(ValueError, match="several of one env"):
         P.fit_probe([])
+
+
+def _fitted(evaluator, policy) -> P.LinearProbe:
+    gains = _gains(-1.0, -0.5, 0.5, 1.0)
+    return P.fit_probe(P.record_memory(evaluator, policy, gains, jax.random.key(7)))
+
+
+@pytest.mark.parametrize("core", ["gru", "lstm"])
+def test_a_steered_memory_decodes_the_context_asked_for_and_acts_on_it(env, evaluator, core):
+    """The edit is the one asked for: at strength 0 the evaluation is the plain
+    policy's exactly; at 1 the probe decodes the chosen context from the memory at
+    every step and the episodes change; the control's edit leaves the readout alone."""
+    policy = _policy(env, core)
+    probe, key = _fitted(evaluator, policy), jax.random.key(4)
+    run, to = _gains(1.0, -0.5, 0.5), _gains(-1.0, -1.0, 1.0)
+    plain = evaluator.evaluate(policy, run, key)
+    none = P.steer(evaluator, policy, probe, run, key, to=to, strength=0.0)
+    np.testing.assert_array_equal(none.returns, plain.returns)
+
+    steered = P.steer_policy(evaluator, policy, probe, to)
+    memory = P.record_memory(evaluator, steered, run, key)
+    np.testing.assert_array_equal(memory.targets[:, 0], [1.0, 1.0, -0.5, -0.5, 0.5, 0.5])
+    decoded = probe.predict(memory.features)[..., 0]  # [envs, steps]
+    expected = np.repeat([-1.0, -1.0, 1.0], 2)[:, None]
+    np.testing.assert_allclose(decoded, np.broadcast_to(expected, decoded.shape), atol=2e-4)
+    # the head reads the edited memory from the first step on
+    ranges, _ = evaluator.ranges(run)
+    state = jax.vmap(env.reset)(jax.random.split(key, 8), ranges)
+    first, _ = policy(state.obs, policy.init_carry(8))
+    first_steered, _ = steered(state.obs, steered.init_carry(8))
+    assert not np.allclose(first, first_steered)
+    unsteered = P.record_memory(evaluator, policy, run, key)
+    assert np.abs(probe.predict(unsteered.features)[..., 0] - expected).max() > 0.5
+    assert not np.allclose(
+        P.steer(evaluator, policy, probe, run, key, to=to).returns, plain.returns
+    )
+    # the envs' own contexts by default
+    own = P.record_memory(evaluator, P.steer_policy(evaluator, policy, probe, run), run, key)
+    own_decoded = probe.predict(own.features)[..., 0]
+    np.testing.assert_allclose(
+        own_decoded, own.targets[:, :1].repeat(own_decoded.shape[1], 1), atol=2e-4
+    )
+
+    control = P.steer_policy(evaluator, policy, probe, to, control=True)
+    features = jax.numpy.asarray(unsteered.features[:, 3], jax.numpy.float32)
+    pad = jax.numpy.concatenate([features, features[-2:]])  # the padding context's envs
+    moved = np.asarray(control.edit(pad))[:6] - unsteered.features[:, 3]
+    minimal = np.asarray(steered.edit(pad))[:6] - unsteered.features[:, 3]
+    np.testing.assert_allclose(
+        probe.predict(np.asarray(control.edit(pad))[:6]),
+        probe.predict(unsteered.features[:, 3]),
+        atol=2e-4,
+    )
+    np.testing.assert_allclose(
+        np.linalg.norm(moved, axis=-1), np.linalg.norm(minimal, axis=-1), rtol=1e-4
+    )
+    assert np.linalg.norm(moved, axis=-1).min() > 0
+
+
+def test_steering_refuses_what_it_cannot_do(env, evaluator, policy):
+    probe = _fitted(evaluator, policy)
+    run = _gains(1.0, -0.5)
+    with pytest.raises(ValueError, match="core is 'mlp', which keeps no memory to steer"):
+        P.steer_policy(evaluator, _policy(env, "mlp"), probe, run)
+    with pytest.raises(ValueError, match="the probe reads 8 memory units"):
+        P.steer_policy(evaluator, _policy(env, "lstm"), probe, run)
+    with pytest.raises(ValueError, match="runs at most 4 at once"):
+        P.steer_policy(evaluator, policy, probe, _gains(*[1.0] * 5))
+    with pytest.raises(ValueError, match="`to` holds 1 contexts for the 2"):
+        P.steer(evaluator, policy, probe, run, jax.random.key(0), to=_gains(1.0))
+    with pytest.raises(ValueError, match="strength must be a finite number"):
+        P.steer_policy(evaluator, policy, probe, run, strength=float("nan"))

@@ -1,0 +1,149 @@
+"""Does the GRU of rl2_hidden_context act on the motor its memory holds? Steer it.
+
+Run after ``rl2_hidden_context.py`` (its gru and oracle variants) with the same
+flags; it trains nothing. `probe_memory.py` found that beyond the training motors
+the GRU's memory decodes the gain short of the true one, toward the training
+range, and that the GRU trails the oracle there in every episode of a trial: a
+correlation. Here, per seed, the probe is fitted as probe_memory fits it, and the
+trained GRU runs the run's held-out sets (the contexts its evaluation scored)
+with its memory edited at every step, after the core updates it and before the
+action head reads it (`metarl.probe.steer`):
+
+* ``plain``: no edit, the GRU as trained;
+* ``steered``: the smallest edit that makes the probe decode the env's true gain,
+  from a trial's first step on: the memory told what the oracle observes;
+* ``control``: an edit of the same size at every step, in a fixed direction the
+  probe does not read: does any push of that size move the return?
+* ``reversed``: the edit that makes it decode the opposite gain (the motor's
+  sign flipped): a policy that acts on this code then pushes the ball away.
+
+The oracle (the MLP that observes the gain) runs the same contexts. If steering
+closes the GRU's gap to the oracle beyond the training motors, the squeezed code
+costs that return; if it does not, the policy acts poorly on motors it never
+trained on, whatever its memory holds (the head never saw a code beyond the
+trained one: the edit extrapolates it along the probe's direction). Prints, per
+split, each condition's return and its return per episode of a trial, IQM [95%
+CI] over seeds, and their differences from ``plain``, paired by seed (mean, 95%
+t interval); writes the per-seed figures to ``<logdir>/steer_memory.json``.
+
+    python experiments/rl2_hidden_context.py --logdir runs/rl2 --num-seeds 10 --agents gru oracle
+    python experiments/steer_memory.py --logdir runs/rl2 --num-seeds 10
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+import numpy as np
+import probe_memory as pm
+import rl2_hidden_context as rl2
+import tyro
+
+from metarl import evaluation as E
+from metarl import experiment, stats
+from metarl import probe as P
+
+CONDITIONS = ("plain", "steered", "control", "reversed", "oracle")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(pm.Config):
+    strength: float = 1.0  # the share of each edit applied (1: the probe decodes the target)
+
+
+def _returns(result: E.EvalResult) -> np.ndarray:
+    """[1 + k]: the mean return over the set's contexts, then per episode of a trial."""
+    by_episode = np.nanmean(result.by_episode, axis=0)
+    return np.concatenate([[np.nanmean(result.mean)], by_episode])
+
+
+def _flipped(contexts: E.ContextSet) -> E.ContextSet:
+    return E.ContextSet(contexts.split, {n: -v for n, v in contexts.values.items()})
+
+
+def _seed(cfg, exps, loaded, fitter, i: int) -> dict[str, dict[str, np.ndarray]]:
+    """{condition: {split: [1 + k] returns}} of the run's i-th seed."""
+    seed = loaded["gru"].seeds[i]
+    gru, oracle = loaded["gru"].policies[i], loaded["oracle"].policies[i]
+    evaluator = loaded["gru"].compiled.evaluator
+    probe = pm.fit(exps["gru"], fitter, gru, seed, cfg.ridge)
+    key = pm.keys(seed)[1]
+    sets = experiment.held_out_sets(exps["gru"], seed)
+    oracle_sets = experiment.held_out_sets(exps["oracle"], seed)
+    out = {c: {} for c in CONDITIONS}
+    for split, s in sets.items():
+        if any(not np.array_equal(v, oracle_sets[split].values[n]) for n, v in s.values.items()):
+            raise SystemExit(f"the oracle's {split!r} contexts are not the gru's: another run?")
+        steer = dict(strength=cfg.strength, seed=seed)
+        runs = {
+            "plain": evaluator.evaluate(gru, s, key),
+            "steered": P.steer(evaluator, gru, probe, s, key, **steer),
+            "control": P.steer(evaluator, gru, probe, s, key, control=True, **steer),
+            "reversed": P.steer(evaluator, gru, probe, s, key, to=_flipped(s), **steer),
+            "oracle": loaded["oracle"].compiled.evaluator.evaluate(oracle, s, key),
+        }
+        for condition, result in runs.items():
+            out[condition][split] = _returns(result)
+    return out
+
+
+def _print(per_seed: list[dict], k: int) -> None:
+    columns = ["return"] + [f"episode {e + 1}" for e in range(k)]
+    for split in per_seed[0]["plain"]:
+        scores = {c: np.stack([s[c][split] for s in per_seed]) for c in CONDITIONS}  # [seeds, 1+k]
+        print(f"\n  {split}: IQM [95% CI] over seeds")
+        print("    " + f"{'':<18}" + "".join(f"{c:>20}" for c in columns))
+        for c in CONDITIONS:
+            cells = [stats.format_iqm(stats.summarize(scores[c][:, j])) for j in range(1 + k)]
+            print("    " + f"{c:<18}" + "".join(f"{x:>20}" for x in cells))
+        for a, b in [(c, "plain") for c in CONDITIONS[1:]] + [("oracle", "steered")]:
+            cells = [
+                stats.format_difference(
+                    stats.difference(scores[a][:, j], scores[b][:, j], paired=True)
+                )
+                for j in range(1 + k)
+            ]
+            print("    " + f"{a + ' - ' + b:<18}" + "".join(f"{x:>20}" for x in cells))
+
+
+def main(cfg: Config) -> dict:
+    exps = rl2.variants(dataclasses.replace(cfg, agents=("gru", "oracle")))
+    logdir = pathlib.Path(cfg.logdir)
+    loaded = {
+        name: experiment.load_run(exp, logdir=logdir / name, seed=cfg.seed, num_seeds=cfg.num_seeds)
+        for name, exp in exps.items()
+    }
+    if loaded["gru"].segments != loaded["oracle"].segments:
+        raise SystemExit(
+            f"the gru ran {loaded['gru'].segments} segments and the oracle "
+            f"{loaded['oracle'].segments}: compare them on one budget"
+        )
+    k = exps["gru"].env.episodes_per_trial
+    fitter = E.Evaluator(
+        exps["gru"].env, episodes=k * cfg.fit_trials, max_contexts=cfg.fit_contexts
+    )
+    per_seed = [_seed(cfg, exps, loaded, fitter, i) for i in range(len(loaded["gru"].seeds))]
+    print(
+        f"\nThe GRU with its memory steered (strength {cfg.strength}), {len(per_seed)} seeds, "
+        f"after {loaded['gru'].segments} segments ({loaded['gru'].env_steps:,} env steps): "
+        "mean return over each split's contexts and per episode of a trial; differences "
+        "paired by seed, mean [95% t interval]"
+    )
+    _print(per_seed, k)
+    out = {
+        "seeds": loaded["gru"].seeds,
+        "env_steps": loaded["gru"].env_steps,
+        "strength": cfg.strength,
+        "returns": {  # condition -> split -> [seed][return, episode 1, ...]
+            c: {split: [s[c][split].tolist() for s in per_seed] for split in per_seed[0][c]}
+            for c in CONDITIONS
+        },
+    }
+    (logdir / "steer_memory.json").write_text(json.dumps(out, indent=1))
+    return out
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Config))
