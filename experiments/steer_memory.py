@@ -10,12 +10,16 @@ with its memory edited at every step, after the core updates it and before the
 action head reads it (`metarl.probe.steer`):
 
 * ``plain``: no edit, the GRU as trained;
-* ``steered``: the smallest edit that makes the probe decode the env's true gain,
-  from a trial's first step on: the memory told what the oracle observes;
+* ``steered``: the memory moved the way it moves with the gain (the probe's
+  `encoding`) until the probe decodes the env's true gain, from a trial's first
+  step on: the memory told what the oracle observes;
 * ``control``: an edit of the same size at every step, in a fixed direction the
   probe does not read: does any push of that size move the return?
-* ``reversed``: the edit that makes it decode the opposite gain (the motor's
-  sign flipped): a policy that acts on this code then pushes the ball away.
+* ``reversed``: steered to decode the opposite gain (the motor's sign flipped): a
+  policy that acts on this code then pushes the ball away;
+* ``readout``: steered to the true gain by the least change that moves the
+  probe's readout (``along="readout"``): a probe can read the gain off small
+  directions the policy does not act on.
 
 The oracle (the MLP that observes the gain) runs the same contexts. If steering
 closes the GRU's gap to the oracle beyond the training motors, the squeezed code
@@ -45,7 +49,7 @@ from metarl import evaluation as E
 from metarl import experiment, stats
 from metarl import probe as P
 
-CONDITIONS = ("plain", "steered", "control", "reversed", "oracle")
+CONDITIONS = ("plain", "steered", "control", "reversed", "readout", "oracle")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +86,7 @@ def _seed(cfg, exps, loaded, fitter, i: int) -> dict[str, dict[str, np.ndarray]]
             "steered": P.steer(evaluator, gru, probe, s, key, **steer),
             "control": P.steer(evaluator, gru, probe, s, key, control=True, **steer),
             "reversed": P.steer(evaluator, gru, probe, s, key, to=_flipped(s), **steer),
+            "readout": P.steer(evaluator, gru, probe, s, key, along="readout", **steer),
             "oracle": loaded["oracle"].compiled.evaluator.evaluate(oracle, s, key),
         }
         for condition, result in runs.items():

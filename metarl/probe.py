@@ -25,11 +25,15 @@ no memory to probe and is refused.
 
 A probe says what the memory holds, not what the policy acts on. `steer` asks
 that: it runs the trials with the memory edited at every step, after the core
-updates it and before the action head reads it, by the smallest change that
-makes the probe decode a chosen context (by default each env's own: a memory
-corrected to hold the context it runs in), and returns the evaluation's
-returns. If the return moves with the decoded context, the policy acts on that
-code; ``control=True`` makes an edit of the same size at every step in a fixed
+updates it and before the action head reads it, so that the probe decodes a
+chosen context (by default each env's own: a memory corrected to hold the
+context it runs in), and returns the evaluation's returns. The edit moves the
+memory the way it moves when the context changes (``along="encoding"``, the
+regression of the memory on the context), or by the least change that moves the
+readout (``along="readout"``): the two can differ by an order of magnitude in
+size, the readout's direction being nearly orthogonal to the encoding's. If
+the return moves with the decoded context, the policy acts on that code;
+``control=True`` makes an edit of the same size at every step in a fixed
 direction the probe does not read (it decodes what it did), the check that a
 return change is the code's and not any perturbation's; ``strength`` scales the
 edit (0: none, the plain policy's evaluation exactly).
@@ -72,6 +76,9 @@ def _dimension_names(env) -> tuple[str, ...]:
         out += [entry.name] if not entry.draw_shape else [f"{entry.name}[{i}]" for i in range(size)]
     return tuple(out)
 
+
+# how `steer` moves the memory: as it moves with the context, or by the least change
+STEER_ALONG = ("encoding", "readout")
 
 # evaluator -> its jitted recording rollout: one compilation per evaluator, as evaluate's
 _RECORDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -140,7 +147,11 @@ def record_memory(evaluator: Evaluator, policy, contexts: ContextSet, key: jax.A
 @dataclasses.dataclass(frozen=True)
 class LinearProbe:
     """context ~ standardized memory @ weights + mean, for the dimensions that vary in
-    the fit set (`names`); `mean`, the fit contexts' mean, is also R^2's reference."""
+    the fit set (`names`); `mean`, the fit contexts' mean, is also R^2's reference.
+    `encoding` is the other way round: how the memory moves with the context
+    (least squares of the raw memory on the centred context, over the same steps).
+    The readout's direction need not be it: a probe may read the context off small
+    directions that cancel the rest, while the memory moves along others."""
 
     names: tuple[str, ...]
     dims: np.ndarray  # [D'] indices of the probed dimensions in a Memory's targets
@@ -148,6 +159,7 @@ class LinearProbe:
     feature_scale: np.ndarray  # [H]
     weights: np.ndarray  # [H, D']
     mean: np.ndarray  # [D']: the fit contexts' mean
+    encoding: np.ndarray  # [D', H]: the memory's change per unit of each context
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         """[..., H] memory states -> [..., D'] decoded contexts."""
@@ -203,6 +215,7 @@ def fit_probe(memory: Memory | Sequence[Memory], ridge: float = 1.0) -> LinearPr
         feature_scale=feature_scale,
         weights=weights,
         mean=target_mean,
+        encoding=np.linalg.lstsq(y - target_mean, x - feature_mean, rcond=None)[0],
     )
 
 
@@ -309,16 +322,17 @@ def _values(env, contexts: ContextSet) -> np.ndarray:
 class SteeredPolicy(struct.PyTreeNode):
     """A recurrent `Policy` whose core state is edited at every step, after the core
     updates it and before the action head reads it (the edited state is also what
-    it carries on): ``features += strength * edit``, where edit is the smallest change
-    that makes the probe's readout (``features @ readout.T + offset``) equal
-    `target`, or with `control` one of the same size along `direction`, which the
-    readout does not see. Built by `steer_policy`; used as a Policy by
-    `Evaluator.evaluate` and `record_memory` (its envs are theirs, row for row)."""
+    it carries on): ``features += strength * edit``, where edit moves the features
+    along `along`'s columns by what makes the probe's readout (``features @
+    readout.T + offset``) equal `target`, or with `control` is one of the same size
+    along `direction`, which the readout does not see. Built by `steer_policy`;
+    used as a Policy by `Evaluator.evaluate` and `record_memory` (its envs are
+    theirs, row for row)."""
 
     policy: Any
     readout: jax.Array  # [D', F]
     offset: jax.Array  # [D']
-    inverse: jax.Array  # [F, D']: the readout's pseudo-inverse (the minimal edit's map)
+    along: jax.Array  # [F, D']: readout @ along = identity
     target: jax.Array  # [N, D']: what each env's memory is made to decode
     direction: jax.Array  # [F]: unit, readout @ direction = 0 (control only)
     strength: jax.Array  # []
@@ -337,7 +351,7 @@ class SteeredPolicy(struct.PyTreeNode):
     def edit(self, features: jax.Array) -> jax.Array:
         """[N, F] -> [N, F]: the features edited as the head will read them."""
         missing = self.target - (features @ self.readout.T + self.offset)  # [N, D']
-        delta = missing @ self.inverse.T
+        delta = missing @ self.along.T
         if self.control:
             delta = jnp.linalg.norm(delta, axis=-1, keepdims=True) * self.direction
         return features + self.strength * delta
@@ -373,14 +387,19 @@ def steer_policy(
     probe: LinearProbe,
     to: ContextSet,
     *,
+    along: str = "encoding",
     strength: float = 1.0,
     control: bool = False,
     seed: int = 0,
 ) -> SteeredPolicy:
     """`policy` (deterministic, recurrent) with its memory steered, in the envs of
     `evaluator` running a set of ``len(to)`` contexts, so that the probe decodes
-    context i of `to` in the envs of context i (the padding's envs: the last one);
-    `control` draws its direction from `seed`."""
+    context i of `to` in the envs of context i (the padding's envs: the last one).
+    `along`: "encoding" moves the memory the way it moves with the context
+    (`LinearProbe.encoding`), "readout" by the smallest change (in the readout's
+    own directions). `control` draws its direction from `seed`."""
+    if along not in STEER_ALONG:
+        raise ValueError(f"steer: along={along!r}; choose one of {list(STEER_ALONG)}")
     if not jax.tree.leaves(policy.init_carry(1).policy):
         raise ValueError(
             f"steer: the agent's core is {policy.agent.core!r}, which keeps no memory to "
@@ -413,7 +432,18 @@ def steer_policy(
     offset = probe.mean - probe.feature_mean @ readout.T
     target = _values(evaluator.env, to)[:, probe.dims]
     target = target[np.minimum(np.arange(evaluator.max_contexts), c - 1)]
-    inverse = np.linalg.pinv(readout)  # [F, D']
+    inverse = np.linalg.pinv(readout)  # [F, D']: the smallest edit's map
+    if along == "readout":
+        columns = inverse
+    else:  # the encoding's directions, scaled so that the readout sees the change asked
+        seen = readout @ probe.encoding.T  # [D', D']: what the readout sees of a unit move
+        if np.linalg.cond(seen) > 1e6:
+            raise ValueError(
+                "steer: the probe's readout does not see the memory's encoding of "
+                f"{list(probe.names)} (readout @ encoding = {seen.tolist()}): along="
+                '"encoding" cannot make it decode a chosen context; use along="readout"'
+            )
+        columns = probe.encoding.T @ np.linalg.inv(seen)
     direction = np.random.default_rng(seed).standard_normal(features)
     direction -= inverse @ (readout @ direction)  # out of the readout's row space
     f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
@@ -421,7 +451,7 @@ def steer_policy(
         policy=policy,
         readout=f32(readout),
         offset=f32(offset),
-        inverse=f32(inverse),
+        along=f32(columns),
         target=f32(np.repeat(target, evaluator.trials, axis=0)),
         direction=f32(direction / np.linalg.norm(direction)),
         strength=f32(strength),
@@ -437,6 +467,7 @@ def steer(
     key: jax.Array,
     *,
     to: ContextSet | None = None,
+    along: str = "encoding",
     strength: float = 1.0,
     control: bool = False,
     seed: int = 0,
@@ -452,6 +483,6 @@ def steer(
             f"{contexts.split!r}: give one to decode per context run"
         )
     steered = steer_policy(
-        evaluator, policy, probe, to, strength=strength, control=control, seed=seed
+        evaluator, policy, probe, to, along=along, strength=strength, control=control, seed=seed
     )
     return evaluator.evaluate(steered, contexts, key)

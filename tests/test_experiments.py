@@ -227,7 +227,7 @@ def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
         json.dumps(steered)
     )
     returns = steered["returns"]
-    assert list(returns) == ["plain", "steered", "control", "reversed", "oracle"]
+    assert list(returns) == ["plain", "steered", "control", "reversed", "readout", "oracle"]
     assert np.shape(returns["plain"]["train"]) == (2, 4)  # seeds, (return, 3 episodes)
     assert returns["reversed"] != returns["plain"]  # the edits reach the actions
     for condition, splits in returns.items():

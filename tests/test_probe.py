@@ -118,6 +118,8 @@ def _synthetic(seed: int, informative: bool) -> P.Memory:
 def test_the_probe_decodes_a_context_the_memory_holds_and_not_one_it_does_not():
     probe = P.fit_probe(_synthetic(0, True))
     assert probe.names == ("a",)  # `b` does not vary: nothing to decode
+    # the memory moves with `a` by 3 and -2 in units 0 and 1, from step 2 of 8 on
+    np.testing.assert_allclose(probe.encoding[0], [2.25, -1.5, 0, 0, 0, 0], atol=0.2)
     score = P.score_probe(probe, _synthetic(1, True))
     assert score.by_episode[1] > 0.8 and score.error_by_episode[1, 0] < 0.3
     assert abs(score.by_step[0]) < 0.2 and score.by_step[3] > 0.8  # nothing known at first
@@ -153,19 +155,22 @@ def _fitted(evaluator, policy) -> P.LinearProbe:
     return P.fit_probe(P.record_memory(evaluator, policy, gains, jax.random.key(7)))
 
 
-@pytest.mark.parametrize("core", ["gru", "lstm"])
-def test_a_steered_memory_decodes_the_context_asked_for_and_acts_on_it(env, evaluator, core):
+@pytest.mark.parametrize(
+    "core, along", [("gru", "encoding"), ("gru", "readout"), ("lstm", "encoding")]
+)
+def test_a_steered_memory_decodes_the_context_asked_for_and_acts_on_it(env, evaluator, core, along):
     """The edit is the one asked for: at strength 0 the evaluation is the plain
     policy's exactly; at 1 the probe decodes the chosen context from the memory at
-    every step and the episodes change; the control's edit leaves the readout alone."""
+    every step and the episodes change; an edit along the encoding is a multiple of
+    it, one along the readout the smallest; the control's leaves the readout alone."""
     policy = _policy(env, core)
     probe, key = _fitted(evaluator, policy), jax.random.key(4)
     run, to = _gains(1.0, -0.5, 0.5), _gains(-1.0, -1.0, 1.0)
     plain = evaluator.evaluate(policy, run, key)
-    none = P.steer(evaluator, policy, probe, run, key, to=to, strength=0.0)
+    none = P.steer(evaluator, policy, probe, run, key, to=to, along=along, strength=0.0)
     np.testing.assert_array_equal(none.returns, plain.returns)
 
-    steered = P.steer_policy(evaluator, policy, probe, to)
+    steered = P.steer_policy(evaluator, policy, probe, to, along=along)
     memory = P.record_memory(evaluator, steered, run, key)
     np.testing.assert_array_equal(memory.targets[:, 0], [1.0, 1.0, -0.5, -0.5, 0.5, 0.5])
     decoded = probe.predict(memory.features)[..., 0]  # [envs, steps]
@@ -180,16 +185,17 @@ def test_a_steered_memory_decodes_the_context_asked_for_and_acts_on_it(env, eval
     unsteered = P.record_memory(evaluator, policy, run, key)
     assert np.abs(probe.predict(unsteered.features)[..., 0] - expected).max() > 0.5
     assert not np.allclose(
-        P.steer(evaluator, policy, probe, run, key, to=to).returns, plain.returns
+        P.steer(evaluator, policy, probe, run, key, to=to, along=along).returns, plain.returns
     )
     # the envs' own contexts by default
-    own = P.record_memory(evaluator, P.steer_policy(evaluator, policy, probe, run), run, key)
+    own_policy = P.steer_policy(evaluator, policy, probe, run, along=along)
+    own = P.record_memory(evaluator, own_policy, run, key)
     own_decoded = probe.predict(own.features)[..., 0]
     np.testing.assert_allclose(
         own_decoded, own.targets[:, :1].repeat(own_decoded.shape[1], 1), atol=2e-4
     )
 
-    control = P.steer_policy(evaluator, policy, probe, to, control=True)
+    control = P.steer_policy(evaluator, policy, probe, to, along=along, control=True)
     features = jax.numpy.asarray(unsteered.features[:, 3], jax.numpy.float32)
     pad = jax.numpy.concatenate([features, features[-2:]])  # the padding context's envs
     moved = np.asarray(control.edit(pad))[:6] - unsteered.features[:, 3]
@@ -203,6 +209,17 @@ def test_a_steered_memory_decodes_the_context_asked_for_and_acts_on_it(env, eval
         np.linalg.norm(moved, axis=-1), np.linalg.norm(minimal, axis=-1), rtol=1e-4
     )
     assert np.linalg.norm(moved, axis=-1).min() > 0
+    encoding = probe.encoding[0] / np.linalg.norm(probe.encoding[0])
+    cosine = np.abs(minimal @ encoding) / np.linalg.norm(minimal, axis=-1)
+    readout = probe.weights[:, 0] / probe.feature_scale  # the smallest edit lies along it
+    smallest = np.abs(
+        probe.predict(unsteered.features[:, 3])[:, 0] - np.repeat([-1.0, -1.0, 1.0], 2)
+    ) / np.linalg.norm(readout)
+    if along == "encoding":
+        np.testing.assert_allclose(cosine, 1.0, rtol=1e-4)
+        assert np.all(np.linalg.norm(minimal, axis=-1) > 1.01 * smallest)
+    else:
+        np.testing.assert_allclose(np.linalg.norm(minimal, axis=-1), smallest, rtol=1e-3)
 
 
 def test_steering_refuses_what_it_cannot_do(env, evaluator, policy):
@@ -216,5 +233,7 @@ def test_steering_refuses_what_it_cannot_do(env, evaluator, policy):
         P.steer_policy(evaluator, policy, probe, _gains(*[1.0] * 5))
     with pytest.raises(ValueError, match="`to` holds 1 contexts for the 2"):
         P.steer(evaluator, policy, probe, run, jax.random.key(0), to=_gains(1.0))
+    with pytest.raises(ValueError, match=r"along='probe'; choose one of \['encoding', 'readout'\]"):
+        P.steer_policy(evaluator, policy, probe, run, along="probe")
     with pytest.raises(ValueError, match="strength must be a finite number"):
         P.steer_policy(evaluator, policy, probe, run, strength=float("nan"))
