@@ -67,8 +67,23 @@ def _flipped(contexts: E.ContextSet) -> E.ContextSet:
     return E.ContextSet(contexts.split, {n: -v for n, v in contexts.values.items()})
 
 
+def _geometry(probe: P.LinearProbe) -> dict[str, float]:
+    """How far apart the probe's readout and the memory's encoding of the gain lie, and
+    how far each moves the memory per unit of decoded gain."""
+    readout = probe.weights[:, 0] / probe.feature_scale
+    encoding = probe.encoding[0]
+    return {
+        "cosine": float(
+            abs(readout @ encoding) / np.linalg.norm(readout) / np.linalg.norm(encoding)
+        ),
+        "encoding_move": float(np.linalg.norm(encoding) / abs(readout @ encoding)),
+        "readout_move": float(1.0 / np.linalg.norm(readout)),
+    }
+
+
 def _seed(cfg, exps, loaded, fitter, i: int) -> dict[str, dict[str, np.ndarray]]:
-    """{condition: {split: [1 + k] returns}} of the run's i-th seed."""
+    """{condition: {split: [1 + k] returns}} of the run's i-th seed, and its probe's
+    `_geometry` under "geometry"."""
     seed = loaded["gru"].seeds[i]
     gru, oracle = loaded["gru"].policies[i], loaded["oracle"].policies[i]
     evaluator = loaded["gru"].compiled.evaluator
@@ -76,7 +91,7 @@ def _seed(cfg, exps, loaded, fitter, i: int) -> dict[str, dict[str, np.ndarray]]
     key = pm.keys(seed)[1]
     sets = experiment.held_out_sets(exps["gru"], seed)
     oracle_sets = experiment.held_out_sets(exps["oracle"], seed)
-    out = {c: {} for c in CONDITIONS}
+    out = {c: {} for c in CONDITIONS} | {"geometry": _geometry(probe)}
     for split, s in sets.items():
         if any(not np.array_equal(v, oracle_sets[split].values[n]) for n, v in s.values.items()):
             raise SystemExit(f"the oracle's {split!r} contexts are not the gru's: another run?")
@@ -137,6 +152,17 @@ def main(cfg: Config) -> dict:
         "paired by seed, mean [95% t interval]"
     )
     _print(per_seed, k)
+    geometry = {
+        g: np.asarray([s["geometry"][g] for s in per_seed]) for g in per_seed[0]["geometry"]
+    }
+    print(
+        "\n  the probe's readout against the memory's encoding of the gain, IQM [95% CI] over "
+        f"seeds: |cosine| {stats.format_iqm(stats.summarize(geometry['cosine']), 2)}; the memory "
+        "moves per unit of decoded gain by "
+        f"{stats.format_iqm(stats.summarize(geometry['encoding_move']), 2)} along the encoding, "
+        f"{stats.format_iqm(stats.summarize(geometry['readout_move']), 2)} along the readout "
+        "(Euclidean norm, the memory's units)"
+    )
     out = {
         "seeds": loaded["gru"].seeds,
         "env_steps": loaded["gru"].env_steps,
@@ -145,6 +171,7 @@ def main(cfg: Config) -> dict:
             c: {split: [s[c][split].tolist() for s in per_seed] for split in per_seed[0][c]}
             for c in CONDITIONS
         },
+        "geometry": {g: v.tolist() for g, v in geometry.items()},  # per seed
     }
     (logdir / "steer_memory.json").write_text(json.dumps(out, indent=1))
     return out

@@ -232,3 +232,6 @@ def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
     assert returns["reversed"] != returns["plain"]  # the edits reach the actions
     for condition, splits in returns.items():
         assert all(np.all(np.isfinite(v)) for v in splits.values()), condition
+    geometry = steered["geometry"]
+    assert all(0 <= c <= 1 for c in geometry["cosine"])
+    assert all(e >= r > 0 for e, r in zip(geometry["encoding_move"], geometry["readout_move"]))
