@@ -336,7 +336,7 @@ class SteeredPolicy(struct.PyTreeNode):
     target: jax.Array  # [N, D']: what each env's memory is made to decode
     direction: jax.Array  # [F]: unit, readout @ direction = 0 (control only)
     strength: jax.Array  # []
-    control: bool = struct.field(pytree_node=False, default=False)
+    control: jax.Array  # [] bool (a leaf: steered and control runs share one program)
 
     @property
     def agent(self):
@@ -352,8 +352,8 @@ class SteeredPolicy(struct.PyTreeNode):
         """[N, F] -> [N, F]: the features edited as the head will read them."""
         missing = self.target - (features @ self.readout.T + self.offset)  # [N, D']
         delta = missing @ self.along.T
-        if self.control:
-            delta = jnp.linalg.norm(delta, axis=-1, keepdims=True) * self.direction
+        size = jnp.linalg.norm(delta, axis=-1, keepdims=True)
+        delta = jnp.where(self.control, size * self.direction, delta)
         return features + self.strength * delta
 
     def __call__(self, obs, carry, key=None):
@@ -415,6 +415,12 @@ def steer_policy(
             f"steer: the env's context dimensions are {list(names)}, not those the probe "
             f"was fitted on ({list(probe.names)}): fit it on a recording of this env"
         )
+    entries = [e.name for e in evaluator.env.binding.entries]
+    if sorted(to.values) != sorted(entries):
+        raise ValueError(
+            f"steer: the contexts to decode ({to.split!r}) give {sorted(to.values)}; give a "
+            f"value to every name of the env's space and no other: {sorted(entries)}"
+        )
     c = len(to)
     if c > evaluator.max_contexts:
         raise ValueError(
@@ -455,7 +461,7 @@ def steer_policy(
         target=f32(np.repeat(target, evaluator.trials, axis=0)),
         direction=f32(direction / np.linalg.norm(direction)),
         strength=f32(strength),
-        control=control,
+        control=jnp.asarray(bool(control)),
     )
 
 
@@ -475,7 +481,8 @@ def steer(
     """`evaluator.evaluate` of `policy` on `contexts` (at most ``max_contexts``) with
     its memory steered so that the probe decodes, in the envs of context i, context i
     of `to` (default `contexts`: the context each env runs); see `SteeredPolicy`.
-    One compilation per evaluator and agent, whatever the sets, strength and probe."""
+    One compilation per evaluator and agent, whatever the sets, probe, direction,
+    strength and control."""
     to = contexts if to is None else to
     if len(to) != len(contexts):
         raise ValueError(

@@ -155,9 +155,7 @@ def _fitted(evaluator, policy) -> P.LinearProbe:
     return P.fit_probe(P.record_memory(evaluator, policy, gains, jax.random.key(7)))
 
 
-@pytest.mark.parametrize(
-    "core, along", [("gru", "encoding"), ("gru", "readout"), ("lstm", "encoding")]
-)
+@pytest.mark.parametrize("core, along", [("gru", "encoding"), ("gru", "readout")])
 def test_a_steered_memory_decodes_the_context_asked_for_and_acts_on_it(env, evaluator, core, along):
     """The edit is the one asked for: at strength 0 the evaluation is the plain
     policy's exactly; at 1 the probe decodes the chosen context from the memory at
@@ -222,6 +220,27 @@ def test_a_steered_memory_decodes_the_context_asked_for_and_acts_on_it(env, eval
         np.testing.assert_allclose(np.linalg.norm(minimal, axis=-1), smallest, rtol=1e-3)
 
 
+def test_an_lstm_is_steered_in_both_its_states_and_its_head_reads_h(env, evaluator):
+    lstm = _policy(env, "lstm")
+    probe, key = _fitted(evaluator, lstm), jax.random.key(4)
+    run, to = _gains(1.0, -0.5), _gains(-1.0, 1.0)
+    steered = P.steer_policy(evaluator, lstm, probe, to)
+    memory = P.record_memory(evaluator, steered, run, key)  # (c, h) of 8 units each
+    decoded = probe.predict(memory.features)[..., 0]
+    expected = np.repeat([-1.0, 1.0], 2)[:, None]
+    np.testing.assert_allclose(decoded, np.broadcast_to(expected, decoded.shape), atol=2e-4)
+    ranges, _ = evaluator.ranges(run)
+    state = jax.vmap(env.reset)(jax.random.split(key, 8), ranges)
+    action, carry = steered(state.obs, steered.init_carry(8))
+    c, h = carry.policy
+    tower = lstm.agent.towers()[0]
+    dist = tower.apply(lstm.params["policy"], h, method="decode")
+    head = lstm.agent.head
+    np.testing.assert_allclose(action, head.postprocess(head.mode(dist)), rtol=1e-5, atol=1e-6)
+    unsteered = P.record_memory(evaluator, lstm, run, key)
+    assert not np.allclose(unsteered.features[:, 0, :8], np.asarray(c)[:4])  # c moved too
+
+
 def test_steering_refuses_what_it_cannot_do(env, evaluator, policy):
     probe = _fitted(evaluator, policy)
     run = _gains(1.0, -0.5)
@@ -235,5 +254,7 @@ def test_steering_refuses_what_it_cannot_do(env, evaluator, policy):
         P.steer(evaluator, policy, probe, run, jax.random.key(0), to=_gains(1.0))
     with pytest.raises(ValueError, match=r"along='probe'; choose one of \['encoding', 'readout'\]"):
         P.steer_policy(evaluator, policy, probe, run, along="probe")
+    with pytest.raises(ValueError, match=r"give \['motor'\]; give a value to every name"):
+        P.steer_policy(evaluator, policy, probe, E.ContextSet("x", {"motor": np.ones(2)}))
     with pytest.raises(ValueError, match="strength must be a finite number"):
         P.steer_policy(evaluator, policy, probe, run, strength=float("nan"))
