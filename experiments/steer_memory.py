@@ -25,7 +25,7 @@ The oracle (the MLP that observes the gain) runs the same contexts. If steering
 closes the GRU's gap to the oracle beyond the training motors, the squeezed code
 costs that return; if it does not, the policy acts poorly on motors it never
 trained on, whatever its memory holds (the head never saw a code beyond the
-trained one: the edit extrapolates it along the probe's direction). Prints, per
+trained one: the edit extrapolates it along the memory's encoding). Prints, per
 split, each condition's return and its return per episode of a trial, IQM [95%
 CI] over seeds, and their differences from ``plain``, paired by seed (mean, 95%
 t interval); writes the per-seed figures to ``<logdir>/steer_memory.json``.
