@@ -77,6 +77,18 @@ def _dimension_names(env) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _memory_states(policy, who: str, refusal: str) -> list:
+    """The leaves of `policy`'s core state for one env; refuses a core without memory
+    (its message: "... which keeps no memory " + `refusal` + " an agent with ...")."""
+    states = jax.tree.leaves(policy.init_carry(1).policy)
+    if not states:
+        raise ValueError(
+            f"{who}: the agent's core is {policy.agent.core!r}, which keeps no memory "
+            f"{refusal} an agent with core='gru' or 'lstm'"
+        )
+    return states
+
+
 # how `steer` moves the memory: as it moves with the context, or by the least change
 STEER_ALONG = ("encoding", "readout")
 
@@ -125,11 +137,7 @@ def record_memory(evaluator: Evaluator, policy, contexts: ContextSet, key: jax.A
     """Runs one trial per env (``evaluator.trials`` envs per context of `contexts`,
     the deterministic policy of a recurrent agent) and records its memory; one
     compilation per evaluator for every set and policy of its TrainSpace."""
-    if not jax.tree.leaves(policy.init_carry(1).policy):
-        raise ValueError(
-            f"record_memory: the agent's core is {policy.agent.core!r}, which keeps no memory "
-            "between steps; probe an agent with core='gru' or 'lstm'"
-        )
+    _memory_states(policy, "record_memory", "between steps; probe")
     ranges, c = evaluator.ranges(contexts)
     memory, episode, targets = map(np.asarray, _recorder(evaluator)(policy, ranges, key))
     keep = c * evaluator.trials  # the envs of the set's own contexts, not the padding
@@ -400,11 +408,7 @@ def steer_policy(
     own directions). `control` draws its direction from `seed`."""
     if along not in STEER_ALONG:
         raise ValueError(f"steer: along={along!r}; choose one of {list(STEER_ALONG)}")
-    if not jax.tree.leaves(policy.init_carry(1).policy):
-        raise ValueError(
-            f"steer: the agent's core is {policy.agent.core!r}, which keeps no memory to "
-            "steer; steer an agent with core='gru' or 'lstm'"
-        )
+    states = _memory_states(policy, "steer", "to steer; steer")
     if not policy.deterministic:
         raise ValueError("steer: give the deterministic policy (evaluation's)")
     if not np.isfinite(strength):
@@ -428,10 +432,10 @@ def steer_policy(
             "at once, and steering runs a set in one batch: split the set"
         )
     features = len(probe.feature_mean)
-    if features != sum(x.shape[-1] for x in jax.tree.leaves(policy.init_carry(1).policy)):
+    if features != sum(x.shape[-1] for x in states):
         raise ValueError(
             f"steer: the probe reads {features} memory units; this agent's core has "
-            f"{jax.tree.leaves(policy.init_carry(1).policy)[0].shape[-1]} per state: "
+            f"{states[0].shape[-1]} per state: "
             "fit the probe on this policy's memory"
         )
     readout = (probe.weights / probe.feature_scale[:, None]).T  # [D', F]
