@@ -40,9 +40,9 @@ everything with XLA's defaults.
 METARL_TEST_PROFILE=<folder>: where the suite's time goes. Each worker writes the
 seconds JAX spent tracing, lowering and compiling for each test (JAX's own monitoring
 events; subprocesses the tests start are left out) and for each jitted function
-(`jax_log_compiles`), and the summary lists the totals, the tests that spent most
-and the functions built most often. A cold run (JAX_COMPILATION_CACHE_DIR=<empty folder>)
-shows what CI pays.
+(`jax_log_compiles`), and the summary lists the totals, the tests that spent most,
+the functions built most often and each test file's seconds (`FILE_SECONDS`). A cold
+run (JAX_COMPILATION_CACHE_DIR=<empty folder>) shows what CI pays.
 """
 
 import collections
@@ -204,7 +204,8 @@ if PROFILE:
 # time, by default the files with the most tests first; it then handed
 # test_experiments.py (6 tests, 176 s) out last, and one worker finished 94 s after the
 # other. Here the costliest files go first (a new file before all: its cost is
-# unknown), which leaves at most a short file's time between the two.
+# unknown), which leaves at most a short file's time between the two. A cold run with
+# METARL_TEST_PROFILE set prints this table measured anew, to paste here.
 FILE_SECONDS = {
     "test_ppo.py": 385, "test_envs.py": 210, "test_autoreset.py": 203, "test_runner.py": 182,
     "test_model_envs.py": 178, "test_experiments.py": 176, "test_physics.py": 107,
@@ -224,6 +225,15 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -FILE_SECONDS.get(item.path.name, float("inf")))
+
+
+_file_seconds: collections.Counter = collections.Counter()
+
+
+def pytest_runtest_logreport(report):
+    """Each test's setup, call and teardown, summed per file (in the main process,
+    which the workers send their reports to)."""
+    _file_seconds[Path(report.nodeid.split("::")[0]).name] += report.duration
 
 
 def pytest_sessionfinish(session):
@@ -252,6 +262,8 @@ def pytest_terminal_summary(terminalreporter):
         if path.stat().st_mtime >= _started:
             for name, counts in json.loads(path.read_text()).items():
                 functions[name].update(counts)
+    files = ", ".join(f'"{f}": {round(t)}' for f, t in _file_seconds.most_common())
+    write(f"Seconds per test file, for FILE_SECONDS: {{{files}}}")
     write("Functions JAX spent most on: seconds, times built, tests building them")
     for name, c in sorted(functions.items(), key=lambda kv: -kv[1]["seconds"])[:40]:
         write(f"{c['seconds']:7.1f} s {c['count']:5d} {len(c) - 2:4d}  {name}")
