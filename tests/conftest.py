@@ -232,8 +232,9 @@ _file_seconds: collections.Counter = collections.Counter()
 
 def pytest_runtest_logreport(report):
     """Each test's setup, call and teardown, summed per file (in the main process,
-    which the workers send their reports to)."""
-    _file_seconds[Path(report.nodeid.split("::")[0]).name] += report.duration
+    which the workers send their reports to); printed with the profile."""
+    if PROFILE:
+        _file_seconds[Path(report.nodeid.split("::")[0]).name] += report.duration
 
 
 def pytest_sessionfinish(session):
