@@ -209,8 +209,8 @@ if PROFILE:
 FILE_SECONDS = {
     "test_ppo.py": 385, "test_envs.py": 210, "test_autoreset.py": 203, "test_runner.py": 182,
     "test_model_envs.py": 178, "test_experiments.py": 176, "test_physics.py": 107,
-    "test_recurrent_ppo.py": 75, "test_contexts.py": 65, "test_probe.py": 59,
-    "test_benchmarks.py": 57, "test_reads.py": 53, "test_playground_experiment.py": 46,
+    "test_recurrent_ppo.py": 75, "test_benchmarks.py": 66, "test_contexts.py": 65,
+    "test_probe.py": 59, "test_reads.py": 53, "test_playground_experiment.py": 46,
     "test_evaluation.py": 42, "test_task_contexts.py": 34, "test_checkpoint.py": 23,
     "test_live_elements.py": 15, "test_bad_inputs.py": 10, "test_names.py": 9,
     "test_stats.py": 4, "test_compilation.py": 4, "test_curricula.py": 2,

@@ -15,8 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from brax import envs as brax_envs
 from conftest import BENCHMARKS
 from conftest import load_benchmark as _load
+
+from metarl.envs import make_contextual
 
 
 def test_the_reproducibility_digest_reads_results_and_not_times():
@@ -319,6 +322,7 @@ def test_ppo_summary_compares_the_files_with_the_first_not_this_machine(tmp_path
         ("seeds_throughput", "seeds", 0),  # a count of seeds there
         ("first_update", "then", -1),
         ("stock_refill", "depth", 0),
+        ("reset_cost", "calls", 0),
     ],
 )
 def test_a_benchmark_refuses_a_count_below_one_before_it_compiles(script, field, value):
@@ -343,6 +347,46 @@ def test_stock_refill_times_steps_and_refill_and_keeps_the_stock_full(tmp_path):
     assert result["dones_per_block"] > 0  # the pendulum falls: entries were used
     assert result["steps_ms"] > 0 and result["refill_ms"] > 0
     assert json.loads((tmp_path / "refill.json").read_text())["config"]["depth"] == 4
+
+
+def test_reset_cost_times_the_resets_a_step_makes_and_fits_a_line():
+    """reset_cost.py's loop program resets the done envs at every select of its scan,
+    each time under another reset number (XLA cannot hoist a reset computed once), and
+    leaves the others as they are; its line fit recovers a known fixed and per-env cost;
+    bad chunks and sizes are refused before anything compiles."""
+    bench = _load("reset_cost")
+    assert np.allclose(
+        bench.fit_line([2, 64, 256], [0.1 + 0.002 * s for s in (2, 64, 256)]), (0.1, 0.002)
+    )
+    with pytest.raises(ValueError, match="--chunks must be fractions in \\(0, 1\\]"):
+        bench.Config(chunks=(0.0,))
+    with pytest.raises(ValueError, match="--sizes: at least two sizes"):
+        bench.Config(num_envs=8, sizes=(2, 64))
+    cfg = bench.Config(
+        envs=("inverted_pendulum",), num_envs=8, chunks=(0.25,), sizes=(2, 4), calls=3
+    )
+    programs = bench._programs("inverted_pendulum", cfg, dones=3)
+    assert sorted(programs) == sorted(
+        ["loop 0.25 0", "loop 0.25 3", "exact 2", "exact 4", "env 2", "env 4"]
+    )
+    run, (operand, current) = programs["loop 0.25 3"]
+    out = run(operand, current)
+    assert np.array_equal(out[1][3:], current[1][3:])  # observations of the envs not done
+    # the done envs hold the reset of the last select: reset number resets + calls - 1
+    env = make_contextual(
+        "inverted_pendulum",
+        _load("env_throughput")._space(
+            brax_envs.get_environment("inverted_pendulum").sys, "generalized"
+        ),
+        episode_length=1000,
+        reset_strategy="loop",
+        reset_chunk=0.25,
+    )
+    key, resets, *rest = jax.tree.map(lambda x: x[:3], operand)
+    last = jax.vmap(env._fresh)((key, resets + 2, *rest))
+    first = jax.vmap(env._fresh)((key, resets, *rest))
+    np.testing.assert_allclose(out[1][:3], last[1], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(out[1][:3], first[1])  # not the first select's reset, kept
 
 
 def test_the_brax_timer_wraps_for_the_call_only():
