@@ -44,6 +44,7 @@ from env_throughput import _space
 
 from metarl import provenance
 from metarl.envs import make_contextual
+from metarl.envs.autoreset import trip_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +76,9 @@ def fit_line(sizes, ms) -> tuple[float, float]:
     return float(intercept), float(slope)
 
 
-def _plain(name: str, cfg: Config, kwargs: dict):
-    env = brax_training.wrap(brax_envs.get_environment(name, **kwargs), episode_length=1000)
+def _plain(name: str, cfg: Config):
+    env = brax_envs.get_environment(name, **_env_kwargs(cfg))
+    env = brax_training.wrap(env, episode_length=1000)
     n = cfg.num_envs
 
     def rollout(state, key):
@@ -106,9 +108,13 @@ def _selects(ctx, done: jax.Array, calls: int):
     return jax.jit(run)
 
 
+def _env_kwargs(cfg: Config) -> dict:
+    return {} if cfg.backend is None else {"backend": cfg.backend}
+
+
 def _programs(name: str, cfg: Config, dones: int) -> dict:
     """{label: (jitted program, its arguments)}."""
-    kwargs = {} if cfg.backend is None else {"backend": cfg.backend}
+    kwargs = _env_kwargs(cfg)
     raw = brax_envs.get_environment(name, **kwargs)
     n = cfg.num_envs
     programs = {}
@@ -129,16 +135,17 @@ def _programs(name: str, cfg: Config, dones: int) -> dict:
             done = jnp.arange(n) < d
             programs[f"loop {chunk} {d}"] = (_selects(ctx, done, cfg.calls), (operand, current))
     raw_keys = jax.random.split(jax.random.key_data(jax.random.key(2)), n)
+    fresh = jax.jit(jax.vmap(ctx._fresh))  # noqa: SLF001 - the trip size plays no part
+    reset = jax.jit(jax.vmap(raw.reset))
     for size in cfg.sizes:
         rows = jax.tree.map(lambda x, size=size: x[:size], operand)
-        programs[f"exact {size}"] = (jax.jit(jax.vmap(ctx._fresh)), (rows,))  # noqa: SLF001
-        programs[f"env {size}"] = (jax.jit(jax.vmap(raw.reset)), (raw_keys[:size],))
+        programs[f"exact {size}"] = (fresh, (rows,))
+        programs[f"env {size}"] = (reset, (raw_keys[:size],))
     return programs
 
 
 def bench(name: str, cfg: Config) -> dict:
-    kwargs = {} if cfg.backend is None else {"backend": cfg.backend}
-    rollout, first = _plain(name, cfg, kwargs)
+    rollout, first = _plain(name, cfg)
     key = jax.random.key(3)
     dones = int(np.median(np.asarray(rollout(first, key)[1])))  # compiled and run, untimed
     programs = {"plain": (lambda s, r: rollout(s, jax.random.fold_in(key, r)), None)}
@@ -175,16 +182,17 @@ def bench(name: str, cfg: Config) -> dict:
         f"(median {dones})"
     )
     for chunk in cfg.chunks:
-        trip = min(cfg.num_envs, max(2, int(np.ceil(cfg.num_envs * chunk))))
+        trip = trip_size(cfg.num_envs, chunk)
+        trips = -(-dones // trip)
         cost = ms[f"loop {chunk} {dones}"] - ms[f"loop {chunk} 0"]
         result["loop"][str(chunk)] = {
             "trip": trip,
-            "trips": int(np.ceil(dones / trip)),
+            "trips": trips,
             "resets_ms": cost,
             "share": cost / step_ms,
         }
         print(
-            f"the loop, trips of {trip} envs ({int(np.ceil(dones / trip))} for {dones} done): "
+            f"the loop, trips of {trip} envs ({trips} for {dones} done): "
             f"{cost:.3f} ms a step, {cost / step_ms:.1%} of plain's step "
             f"(a step with none done: {ms[f'loop {chunk} 0']:.3f} ms of selecting)"
         )

@@ -127,6 +127,14 @@ def _broadcast(axis_size: int, args: tuple, in_batched: list) -> list:
     return [jax.tree.map(batch, a, b) for a, b in zip(args, in_batched, strict=True)]
 
 
+def trip_size(batch: int, chunk: float) -> int:
+    """Envs the loop resets per trip: `chunk` of the `batch`, at least 2. At least 2
+    because XLA compiles a vmap over one env as the unbatched function, which rounded
+    differently from the batched reset (6e-8 in inverted_pendulum's mass matrix), where
+    the tests check the strategies bit for bit."""
+    return min(batch, max(2, math.ceil(batch * chunk)))
+
+
 def _batched_impls(fresh_fn: Callable[[Any], Any], chunk: float) -> dict[str, Callable]:
     """strategy -> batched (done[B], operand, current) -> fresh where done, else current."""
     if not 0 < chunk <= 1:
@@ -137,11 +145,7 @@ def _batched_impls(fresh_fn: Callable[[Any], Any], chunk: float) -> dict[str, Ca
 
     def looped(done, operand, current, *, first_outside: bool):
         axis_size = done.shape[0]
-        # At least 2 envs a trip: XLA compiles a vmap over one env as the unbatched
-        # function, which rounded differently from the batched reset (6e-8 in
-        # inverted_pendulum's mass matrix), where the tests check the strategies bit
-        # for bit.
-        size = min(axis_size, max(2, math.ceil(axis_size * chunk)))
+        size = trip_size(axis_size, chunk)
         padded = math.ceil(axis_size / size) * size
         order = jnp.nonzero(done, size=padded, fill_value=axis_size)[0]
         trips = (jnp.sum(done.astype(jnp.int32)) + size - 1) // size  # chunks to reset
