@@ -59,14 +59,22 @@ from pathlib import Path
 
 FAST_COMPILE = ("--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=0")
 OPTIMIZED = FAST_COMPILE[1:]  # `xla_flags_without(OPTIMIZED)`: the emitters kept
-_ADDED: list[str] = []  # the flags of FAST_COMPILE set here, not by the user
+# The flags of FAST_COMPILE set here, not by the user. The pytest-xdist workers inherit
+# XLA_FLAGS from the process that started them, which set them: they read which were
+# added there from _ADDED_VAR. Until 2026-12-03 a worker took them for the user's, so
+# `optimized_training` left PPO's iteration at level 0 in every worker: the hidden-sign
+# test took 162 s in a worker, 61 s in a pytest process of its own (warm cache, Xeon).
+_ADDED_VAR = "METARL_TEST_ADDED_XLA_FLAGS"
+_ADDED: list[str] = []
 if os.environ.get("METARL_TEST_XLA_DEFAULTS", "0") != "1":
+    _ADDED += os.environ.get(_ADDED_VAR, "").split()
     _flags = os.environ.get("XLA_FLAGS", "")
     for _flag in FAST_COMPILE:
         if _flag.partition("=")[0] not in _flags:  # a setting of the user's own wins
             _flags = f"{_flags} {_flag}".strip()
             _ADDED.append(_flag)
     os.environ["XLA_FLAGS"] = _flags
+    os.environ[_ADDED_VAR] = " ".join(_ADDED)
 
 if os.environ.get("METARL_TEST_JAX_CACHE", "1") != "0":
     _dir = Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax_compilation_cache"
