@@ -1,8 +1,11 @@
-"""What every benchmark's command line checks (imported by the scripts here)."""
+"""What every benchmark's command line checks, and how it writes its `--out` file
+(imported by the scripts here)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 
 def check_counts(cfg, ids: tuple[str, ...] = (), zero_ok: tuple[str, ...] = ()) -> None:
@@ -20,3 +23,10 @@ def check_counts(cfg, ids: tuple[str, ...] = (), zero_ok: tuple[str, ...] = ()) 
         if any(isinstance(v, int) and not isinstance(v, bool) and v < least for v in values):
             flag = "--" + field.name.replace("_", "-")
             raise ValueError(f"{flag} must be >= {least}, got {value!r}")
+
+
+def write_json(out: str, record) -> None:
+    """Writes `record` as indented JSON to `out` (its folder made if missing) and says so."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(record, indent=1))
+    print(f"wrote {out}")

@@ -78,7 +78,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import tyro
-from _cli import check_counts
+from _cli import check_counts, write_json
 
 from metarl import contexts as C
 from metarl import evaluation as E
@@ -487,9 +487,7 @@ def main(cfg: Config) -> None:
         print(f"gru / mlp throughput: {ratio:.2f}")
     if cfg.out:
         record = _record(cfg, environment, runs, summary, merged, reference)
-        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.out).write_text(json.dumps(record, indent=1))
-        print(f"wrote {cfg.out}")
+        write_json(cfg.out, record)
 
 
 if __name__ == "__main__":

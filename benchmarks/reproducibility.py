@@ -29,11 +29,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import tyro
-from _cli import check_counts
+from _cli import check_counts, write_json
 
 MARKER = "reproducibility-result: "
 # `run_train`'s metrics that are wall-clock times, not results: they differ between
@@ -166,8 +165,7 @@ def main(cfg: Config) -> dict:
         summary[setting] = {"same_digest": same, "steps_per_sec": sps}
     if cfg.out:
         record = {"config": dataclasses.asdict(cfg), "runs": runs, "summary": summary}
-        Path(cfg.out).write_text(json.dumps(record, indent=1))
-        print(f"wrote {cfg.out}")
+        write_json(cfg.out, record)
     return summary
 
 

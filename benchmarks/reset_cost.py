@@ -29,15 +29,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import tyro
-from _cli import check_counts
+from _cli import check_counts, write_json
 from brax import envs as brax_envs
 from brax.envs.wrappers import training as brax_training
 from env_throughput import _space
@@ -216,9 +214,7 @@ def main(cfg: Config) -> dict:
         "envs": {name: bench(name, cfg) for name in cfg.envs},
     }
     if cfg.out:
-        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.out).write_text(json.dumps(results, indent=1))
-        print(f"wrote {cfg.out}")
+        write_json(cfg.out, results)
     return results
 
 

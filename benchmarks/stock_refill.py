@@ -18,14 +18,12 @@ and 27.2 ms as a ring (benchmarks/results/README.md, "2026-11-27 (ring)").
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
 import tyro
-from _cli import check_counts
+from _cli import check_counts, write_json
 
 import metarl.contexts as C
 from metarl.envs import POOL, make_contextual
@@ -100,9 +98,7 @@ def main(cfg: Config) -> dict:
         f"({result['refill_share']:.1%} of a block; {result['dones_per_block']:.0f} resets)"
     )
     if cfg.out:
-        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.out).write_text(json.dumps(result, indent=1))
-        print(f"wrote {cfg.out}")
+        write_json(cfg.out, result)
     return result
 
 
