@@ -60,6 +60,7 @@ envs each run one trial (the recurrent carry starts fresh per trial), so
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import numbers
@@ -401,7 +402,8 @@ class Evaluator:
     def _rollout(self, policy, ranges, key):
         env, k = self.env, self.env.episodes_per_trial
         n = self.max_contexts * self.trials
-        state = jax.vmap(env.reset)(jax.random.split(key, n), ranges)
+        reset = functools.partial(env.reset, checked=True)  # `ranges` checked them
+        state = jax.vmap(reset)(jax.random.split(key, n), ranges)
         carry = policy.init_carry(n)
         returns = jnp.full((n, k), jnp.nan, jnp.float32)
         nonfinite = jnp.zeros((n, k), bool)

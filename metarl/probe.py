@@ -42,6 +42,7 @@ edit (0: none, the plain policy's evaluation exactly).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -105,7 +106,8 @@ def _recorder(evaluator: Evaluator):
     steps = env.episodes_per_trial * env.episode_length
 
     def rollout(policy, ranges, key):
-        state = jax.vmap(env.reset)(jax.random.split(key, n), ranges)
+        reset = functools.partial(env.reset, checked=True)  # `Evaluator.ranges` checked them
+        state = jax.vmap(reset)(jax.random.split(key, n), ranges)
         targets = jnp.concatenate(
             [
                 state.info[CONTEXT][e.name].reshape(n, -1).astype(jnp.float32)

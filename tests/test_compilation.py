@@ -3,14 +3,22 @@ from the persistent compilation cache (tests/conftest.py switches it on)."""
 
 import os
 import re
+import time
 import uuid
+from pathlib import Path
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from metarl import contexts as C
+from metarl import evaluation as E
+from metarl.agents import ppo
 from metarl.compilation import count_compilations
+from metarl.envs import make_contextual
+from metarl.envs.toy import Puck
 
 CACHE_HIT = "/jax/compilation_cache/cache_hits"
 
@@ -46,6 +54,65 @@ def test_a_cache_load_counts_as_a_compilation():
     finally:
         jax.monitoring.unregister_event_listener(listener)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", old_min)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("JAX_COMPILATION_CACHE_DIR"), reason="persistent cache switched off"
+)
+def test_the_programs_that_take_ranges_are_stored_in_the_persistent_cache():
+    """JAX's persistent cache stores no program that holds a host callback. Until
+    2026-12-04 every program taking ranges as arguments held one (set_ranges'
+    check of traced numbers), so a resumed run, a second evaluation script or the
+    next test compiled init_env, set_ranges and the evaluator's rollout anew: a
+    probe-and-steer test compiled 82 s, 60 s without them. Their callers validate the
+    ranges on the host (`checked`): the programs are stored. A program that computes
+    ranges inside jit keeps its check (test_envs.py)."""
+    cache = Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
+    space = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0)})
+    env = make_contextual(Puck(), space, episode_length=3)
+    old_min = jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    start = time.time()
+    try:
+        train = ppo.make_train_space(
+            env, ppo.PPOConfig(num_envs=4, num_minibatches=2, unroll_length=2)
+        )
+        ppo.precompile(train)  # init_training, init_env, set_ranges, the iteration
+        contexts = E.ContextSet("test", {"gravity": np.array([7.0, 12.0], np.float32)})
+        E.Evaluator(env, episodes=1, max_contexts=2).evaluate(_Still(), contexts, jax.random.key(1))
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", old_min)
+    stored = {  # written, or read: JAX touches an entry's "-atime" file either way
+        p.name.rpartition("-")[0].rpartition("-")[0]
+        for p in cache.glob("jit_*-atime")
+        if p.stat().st_mtime >= start - 1
+    }
+    for program in ("jit_init_env", "jit_set_ranges", "jit__rollout", "jit_run"):
+        assert program in stored, f"{program} not stored; stored since the test began: {stored}"
+
+    def computed(state, width):  # ranges a curriculum computes inside jit: still checked
+        return env.set_ranges(state, C.ContextSpace({"gravity": C.Uniform(9.0, 9.0 + width)}))
+
+    state = jax.vmap(env.reset)(jax.random.split(jax.random.key(2), 4))
+    assert "callback" in jax.jit(computed).lower(state, 1.0).as_text()
+    bad = jax.tree.map(np.array, space)  # rebuilt without the constructor's checks
+    bad["gravity"].low[...], bad["gravity"].high[...] = 9.0, 8.0
+    with pytest.raises(ValueError, match="low <= high"):  # concrete: checked all the same
+        env.set_ranges(state, bad, checked=True)
+
+
+@flax.struct.dataclass
+class _Still:
+    """A policy that never pushes, as the evaluator calls one."""
+
+    def init_carry(self, n):
+        return jnp.zeros((n,))
+
+    def __call__(self, obs, carry):
+        return jnp.zeros((obs.shape[0], 1)), carry
+
+    def observe(self, carry, action, state):
+        return carry
 
 
 def test_a_count_prints_its_count_and_seconds():

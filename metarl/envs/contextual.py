@@ -199,8 +199,14 @@ class ContextualEnv(Env):
         """The loaded environment's own values for every context name."""
         return self.binding.default_context()
 
-    def reset(self, rng: jax.Array, ranges: ContextSpace | None = None) -> State:
-        """A fresh state in a context drawn from `ranges` (default: the env's space)."""
+    def reset(
+        self, rng: jax.Array, ranges: ContextSpace | None = None, *, checked: bool = False
+    ) -> State:
+        """A fresh state in a context drawn from `ranges` (default: the env's space).
+
+        Concrete ranges are validated at once, as `set_ranges` validates them; ranges
+        traced inside jit by a host callback as the program runs, unless `checked`
+        (see `set_ranges`)."""
         if not hasattr(rng, "dtype"):
             raise TypeError(
                 f"reset needs a PRNG key (jax.random.key(seed)), got {type(rng).__name__} {rng!r}"
@@ -209,7 +215,9 @@ class ContextualEnv(Env):
             ranges = self.space
         elif all(not isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(ranges)):
             ranges = self.binding.check_ranges(ranges)  # concrete: validate as set_ranges does
-        else:  # traced (the evaluator pins values with Fixed): numbers checked as it runs
+        elif checked:  # validated on the host before the program took them as arguments
+            ranges = self.space.check_meaning(ranges)
+        else:  # traced: numbers checked as the program runs
             ranges = self.binding.check_traced(self.space.check_meaning(ranges))
         key = (
             rng
@@ -342,7 +350,9 @@ class ContextualEnv(Env):
             )
         )
 
-    def set_ranges(self, state: State, ranges: ContextSpace | PerEnv) -> State:
+    def set_ranges(
+        self, state: State, ranges: ContextSpace | PerEnv, *, checked: bool = False
+    ) -> State:
         """Replaces the ranges new contexts are drawn from, for every env in `state`.
 
         `ranges`: shared by every env, or one row per env of a batched `state`
@@ -353,6 +363,12 @@ class ContextualEnv(Env):
         host callback as its program runs (`Binding.check_traced`): the call
         raises the same ValueError. No recompilation when a jitted function
         receives the result.
+
+        `checked=True` says that traced ranges are the program's arguments and their
+        numbers were validated on the host before the call (``env.binding.check_ranges``,
+        as `init_env_state`, `run_train` and the `Evaluator` do): the program then holds
+        no callback. JAX's persistent compilation cache stores no program that holds a
+        host callback, so without it every process compiles the program anew.
         A trial already running keeps its context: an env whose ranges changed
         has ``TrialInfo.current_ranges`` 0 until its next trial starts.
         """
@@ -371,7 +387,7 @@ class ContextualEnv(Env):
                 raise
         if all(not isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(ranges)):
             ranges = self.binding.check_ranges(ranges, rows)
-        else:  # computed inside jit: numbers checked when the program runs
+        elif not checked:  # computed inside jit: numbers checked when the program runs
             ranges = self.binding.check_traced(ranges, rows)
         new = jax.tree.map(
             lambda old, x: jnp.broadcast_to(jnp.asarray(x, old.dtype), old.shape),

@@ -41,7 +41,12 @@ _ITERATE_COMPILER_OPTIONS: dict[str, Any] | None = None
 
 @dataclasses.dataclass(frozen=True)
 class TrainSpace:
-    """The compiled pieces of one training setup (see `make_train_space`)."""
+    """The compiled pieces of one training setup (see `make_train_space`).
+
+    `init_env` and `set_ranges` take ranges as `init_env_state` and `run_train` hand
+    them over: rows validated on the host (`_ranges_arg`). Their programs hold no
+    host callback to check the numbers again, so JAX's persistent compilation cache
+    can store them (`ContextualEnv.set_ranges`'s ``checked``)."""
 
     env: ContextualEnv
     config: PPOConfig
@@ -223,7 +228,7 @@ def make_train_space(
 
     def init_env(key, ranges):
         keys = jax.random.split(key, config.num_envs + 1)
-        states = jax.vmap(env.reset)(keys[1:], ranges)
+        states = jax.vmap(functools.partial(env.reset, checked=True))(keys[1:], ranges)
         if stock_depth is not None:  # refilled before every stock_depth steps (rollout.py)
             states = jax.vmap(functools.partial(env.stock, depth=stock_depth))(states)
         return EnvState(
@@ -233,7 +238,7 @@ def make_train_space(
         )
 
     def set_ranges(es, ranges):  # [num_envs] rows (`_ranges_arg`)
-        return es.replace(env=env.set_ranges(es.env, PerEnv(ranges)))
+        return es.replace(env=env.set_ranges(es.env, PerEnv(ranges), checked=True))
 
     iterate = iterate_fn(env, agent, config, optimizer)
     envs = _env_spec(num_seeds)
