@@ -207,21 +207,21 @@ if PROFILE:
     _dispatch.propagate = False  # counted, not printed
 
 
-# Seconds each test file took, cold, on 2 cores of an Intel Xeon with AVX-512
-# (2026-12-03, `-n 2 --dist loadfile`). pytest-xdist hands a worker a whole file at a
+# Seconds each test file took, cold, on 2 cores (an Intel Xeon with AVX-512 on
+# 2026-12-03, `-n 2 --dist loadfile`; these figures: an AMD EPYC, 2026-12-04). pytest-xdist hands a worker a whole file at a
 # time, by default the files with the most tests first; it then handed
 # test_experiments.py (6 tests, 176 s) out last, and one worker finished 94 s after the
 # other. Here the costliest files go first (a new file before all: its cost is
 # unknown), which leaves at most a short file's time between the two. A cold run with
 # METARL_TEST_PROFILE set prints this table measured anew, to paste here.
 FILE_SECONDS = {
-    "test_ppo.py": 385, "test_envs.py": 210, "test_autoreset.py": 203, "test_runner.py": 182,
-    "test_model_envs.py": 178, "test_experiments.py": 176, "test_physics.py": 107,
-    "test_recurrent_ppo.py": 75, "test_benchmarks.py": 66, "test_contexts.py": 65,
-    "test_probe.py": 59, "test_reads.py": 53, "test_playground_experiment.py": 46,
-    "test_evaluation.py": 42, "test_task_contexts.py": 34, "test_checkpoint.py": 23,
-    "test_live_elements.py": 15, "test_bad_inputs.py": 10, "test_names.py": 9,
-    "test_stats.py": 4, "test_compilation.py": 4, "test_curricula.py": 2,
+    "test_ppo.py": 303, "test_envs.py": 266, "test_model_envs.py": 237, "test_autoreset.py": 217,
+    "test_runner.py": 197, "test_experiments.py": 190, "test_physics.py": 160,
+    "test_recurrent_ppo.py": 101, "test_contexts.py": 92, "test_reads.py": 82,
+    "test_benchmarks.py": 64, "test_probe.py": 59, "test_playground_experiment.py": 54,
+    "test_evaluation.py": 47, "test_task_contexts.py": 42, "test_checkpoint.py": 25,
+    "test_live_elements.py": 19, "test_names.py": 14, "test_compilation.py": 12,
+    "test_bad_inputs.py": 9, "test_stats.py": 6, "test_curricula.py": 3,
     "test_distributions.py": 2, "test_tensorboard.py": 1,
 }  # fmt: skip
 
