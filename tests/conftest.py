@@ -207,13 +207,13 @@ if PROFILE:
     _dispatch.propagate = False  # counted, not printed
 
 
-# Seconds each test file took, cold, on 2 cores (an Intel Xeon with AVX-512 on
-# 2026-12-03, `-n 2 --dist loadfile`; these figures: an AMD EPYC, 2026-12-04). pytest-xdist hands a worker a whole file at a
-# time, by default the files with the most tests first; it then handed
-# test_experiments.py (6 tests, 176 s) out last, and one worker finished 94 s after the
-# other. Here the costliest files go first (a new file before all: its cost is
-# unknown), which leaves at most a short file's time between the two. A cold run with
-# METARL_TEST_PROFILE set prints this table measured anew, to paste here.
+# Seconds each test file took, cold, on 2 cores (`-n 2 --dist loadfile`; an AMD EPYC,
+# 2026-12-04). pytest-xdist hands a worker a whole file at a time, by default the files
+# with the most tests first; on 2026-12-03 it handed test_experiments.py (6 tests, 176 s)
+# out last, and one worker finished 94 s after the other. Here the costliest files go
+# first (a new file before all: its cost is unknown), which leaves at most a short
+# file's time between the two. A cold run with METARL_TEST_PROFILE set prints this
+# table measured anew, to paste here.
 FILE_SECONDS = {
     "test_ppo.py": 303, "test_envs.py": 266, "test_model_envs.py": 237, "test_autoreset.py": 217,
     "test_runner.py": 197, "test_experiments.py": 190, "test_physics.py": 160,

@@ -363,14 +363,14 @@ class ContextualEnv(Env):
         host callback as its program runs (`Binding.check_traced`): the call
         raises the same ValueError. No recompilation when a jitted function
         receives the result.
+        A trial already running keeps its context: an env whose ranges changed
+        has ``TrialInfo.current_ranges`` 0 until its next trial starts.
 
         `checked=True` says that traced ranges are the program's arguments and their
         numbers were validated on the host before the call (``env.binding.check_ranges``,
         as `init_env_state`, `run_train` and the `Evaluator` do): the program then holds
         no callback. JAX's persistent compilation cache stores no program that holds a
         host callback, so without it every process compiles the program anew.
-        A trial already running keeps its context: an env whose ranges changed
-        has ``TrialInfo.current_ranges`` 0 until its next trial starts.
         """
         trial: TrialInfo = state.info[TRIAL]
         batch = trial.current_ranges.shape  # () for one env, [B] (or [S, B]) batched
