@@ -66,11 +66,40 @@ OPTIMIZED = FAST_COMPILE[1:]  # `xla_flags_without(OPTIMIZED)`: the emitters kep
 # test took 162 s in a worker, 61 s in a pytest process of its own (warm cache, Xeon).
 _ADDED_VAR = "METARL_TEST_ADDED_XLA_FLAGS"
 _ADDED: list[str] = []
+# The flags of FAST_COMPILE the installed XLA does not know, found once by the process
+# that starts the suite and passed on to its workers. XLA exits a process whose XLA_FLAGS
+# holds a flag it does not know ("Unknown flag in XLA_FLAGS", exit status 1), and under
+# pytest's output capture it exits without a word: JAX 0.11.2's XLA no longer knows
+# --xla_cpu_use_fusion_emitters, and until 2026-12-04 every test died so on it (H200).
+_UNKNOWN_VAR = "METARL_TEST_UNKNOWN_XLA_FLAGS"
+
+
+def _unknown_to_xla(flags: tuple[str, ...]) -> list[str]:
+    """The flags of `flags` that XLA refuses, each tried in a process of its own."""
+    if _UNKNOWN_VAR not in os.environ:
+        probe = [sys.executable, "-c", "import jax; jax.devices()"]
+        os.environ[_UNKNOWN_VAR] = " ".join(
+            flag
+            for flag in flags
+            if "Unknown flag in XLA_FLAGS"
+            in subprocess.run(
+                probe,
+                env=dict(os.environ, XLA_FLAGS=flag, JAX_PLATFORMS="cpu"),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            ).stderr
+        )
+    return os.environ[_UNKNOWN_VAR].split()
+
+
 if os.environ.get("METARL_TEST_XLA_DEFAULTS", "0") != "1":
     _ADDED += os.environ.get(_ADDED_VAR, "").split()
     _flags = os.environ.get("XLA_FLAGS", "")
+    _unknown = _unknown_to_xla(FAST_COMPILE)
     for _flag in FAST_COMPILE:
-        if _flag.partition("=")[0] not in _flags:  # a setting of the user's own wins
+        # a setting of the user's own wins
+        if _flag.partition("=")[0] not in _flags and _flag not in _unknown:
             _flags = f"{_flags} {_flag}".strip()
             _ADDED.append(_flag)
     os.environ["XLA_FLAGS"] = _flags
