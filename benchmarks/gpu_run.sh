@@ -17,6 +17,10 @@
 #                                           # (the stock) and Brax DR, PPO against Brax PPO over
 #                                           # seeds 7 and 8 (auto, the stock)
 #   bash benchmarks/gpu_run.sh stock        # the envs at 8192: plain, Brax DR, auto, the stock
+#   bash benchmarks/gpu_run.sh suite        # the whole test suite under the machine's JAX, on its
+#                                           # CPU, 12 workers (pytest-xdist and execnet wheels:
+#                                           # ../shared/tools/gpu-wheels pytest-xdist==3.8.0
+#                                           # execnet==2.1.2)
 #   bash benchmarks/gpu_run.sh depth        # PPO's iteration with a stock of 16, 4, 1 (~4 min)
 #   bash benchmarks/gpu_run.sh diagnose     # ant (mjx): plain, Brax DR (and two diagnostics
 #                                           # of it), auto: every kernel per env step, by
@@ -35,7 +39,7 @@
 # command has its own time limit, so one that hangs costs its share, not the call.
 # SMOKE=1 shrinks every size, to check the script on a CPU in a few minutes.
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh essential | stock | depth | diagnose | graphs | headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
+stage=${1:?"usage: gpu_run.sh essential | suite | stock | depth | diagnose | graphs | headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
 shift
 out=${OUT:-/tmp/gpu_run}
 mkdir -p "$out"
@@ -82,6 +86,16 @@ essential)
   # the stage's 250 s
   run 250 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --no-gru --seeds 7 8 \
     --compile-cache --out "$out/ppo_seeds_7_8.json"
+  ;;
+suite)
+  # The tests under JAX 0.11.2, which the registry of the CPU machines does not have: on
+  # 2026-12-04 every test died there before its first line (tests/conftest.py added a flag
+  # that XLA no longer knows), so nothing but the three tests run by hand has passed
+  # under it since 2026-11-28. On the machine's CPU (JAX_PLATFORMS=cpu: the tests are
+  # written for a CPU's numbers), 12 workers by test file
+  if [ "$smoke" = 1 ]; then t=(tests/test_compilation.py) n=2; else t=() n=12; fi
+  run 560 suite env JAX_PLATFORMS=cpu python3 -m pytest -q -n "$n" --dist loadfile \
+    --durations=15 "${t[@]}"
   ;;
 stock)
   # The call of 2026-11-27 (H200): the four envs at 8192 envs, plain, Brax DR, auto and
@@ -257,7 +271,7 @@ resume)
   run 200 resume_deterministic env XLA_FLAGS="${XLA_FLAGS:-} --$deterministic" "${resumed[@]}"
   ;;
 *)
-  echo "unknown stage $stage: essential, stock, headline, first, env, poolcost, ppo, profile, repro or resume"
+  echo "unknown stage $stage: essential, suite, stock, depth, diagnose, graphs, headline, first, env, poolcost, ppo, profile, repro or resume"
   exit 2
   ;;
 esac
