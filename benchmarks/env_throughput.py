@@ -31,11 +31,15 @@ first reset is a program of its own, run before each timed call and not timed
   recomputed at every rebuild of the System (every step) instead of once per drawn
   context: what exact weights cost, and what carrying them saves.
 * contextual_stock: the pool as metarl's PPO steps it: every env stocked with
-  `--stock-depth` fresh states (PPO: `unroll_length`), refilled in bulk before each
-  block of that many steps (`ContextualEnv.stock`, `refill`); the steps never reset
-  and never ask whether to. The stock starts empty: its first fill
-  (`--stock-depth` resets per env, which PPO pays once a run, in `init_env_state`)
-  is part of the untimed first reset.
+  `--stock-depth` fresh states (PPO: `PPOConfig.stock_depth`), the steps run in blocks
+  of `--stock-block` (PPO: `unroll_length`), each after `refill_stocks`: a refill in
+  bulk where some env holds fewer fresh states than a block may take
+  (`ContextualEnv.stock`, `refill`); the steps never reset and never ask whether to.
+  The stock starts empty: its first fill (`--stock-depth` resets per env, which PPO
+  pays once a run, in `init_env_state`) is part of the untimed first reset; each
+  round ends with a refill of every entry it used. `contextual_stock:D` runs a stock
+  of D (to compare depths in one run); fresh/step counts the fresh states the
+  refills computed (whole chunks of num_envs), dones/step those the steps took.
 * contextual_pool_cond: the pool deciding whether to refill with `lax.cond`
   instead of a loop of 0 or 1 trips (on a GPU, a loop's predicate is read by the
   host at every step; a conditional may run inside a CUDA graph).
@@ -100,7 +104,14 @@ from metarl import contexts as C
 from metarl import provenance
 from metarl.compilation import loop_carries
 from metarl.contexts.quantities import QUANTITIES
-from metarl.envs import POOL, RESET_STRATEGIES, ContextualEnv, ResetPool, make_contextual
+from metarl.envs import (
+    POOL,
+    RESET_STRATEGIES,
+    ContextualEnv,
+    ResetPool,
+    make_contextual,
+    refill_stocks,
+)
 from metarl.envs.autoreset import pooled_where_done
 
 GRAVITY = (0.7, 1.3)
@@ -118,7 +129,8 @@ class Config:
     backend: str | None = None  # None: each env's default backend
     reset_chunk: float = 0.0625
     strategy: str = "auto"  # reset strategy of the "contextual" variant
-    stock_depth: int = 16  # contextual_stock: steps between refills (PPO: unroll_length)
+    stock_depth: int = 32  # the stock's fresh states per env (PPO: `PPOConfig.stock_depth`)
+    stock_block: int = 16  # the steps between two chances to refill (PPO: unroll_length)
     variants: tuple[str, ...] = MAIN
     out: str | None = None  # path stem for the .json / .png results
     dump_hlo: str | None = None  # a folder for each variant's compiled program (.hlo.gz)
@@ -138,6 +150,15 @@ class Config:
             )
         if unknown := [v for v in self.variants if not _known_variant(v)]:
             raise ValueError(f"--variants: unknown {unknown}; choose among {', '.join(VARIANTS)}")
+        depths = [self.stock_depth] + [
+            int(v.partition(":")[2]) for v in self.variants if v.startswith("contextual_stock:")
+        ]
+        if not 1 <= self.stock_block <= min(depths):
+            raise ValueError(
+                f"--stock-block {self.stock_block}: the steps between refills must be at least "
+                f"1 and at most the stock's depth ({min(depths)}), or an env could find its "
+                "stock empty"
+            )
 
 
 def _space(sys, backend: str) -> C.ContextSpace:
@@ -210,20 +231,20 @@ class _Rollout(NamedTuple):
     run: Any
 
 
-def _rollout(reset, step, action_size: int, num_envs: int, steps: int, refill=None, depth=0):
-    """-> `_Rollout`, whose `run` returns ((done envs, steps at which a "pool" env
-    refilled its pool, the sum of every observation and reward), summed over steps;
+def _rollout(reset, step, action_size: int, num_envs: int, steps: int, stocked=None):
+    """-> `_Rollout`, whose `run` returns ((done envs, refills, fresh states computed by
+    the stock's refills, the sum of every observation and reward), summed over steps;
     the last state).
     The sum is returned so that XLA computes what a learner reads: with only the
     counts returned, it dropped part of the observation and reward work, more of it
     for some variants than for others. The first reset is `start`'s, untimed: a
     stock starts empty, and its first fill (`depth` resets per env, once per PPO run)
-    would otherwise count in every round. With `refill` (contextual_stock), the steps
-    run in blocks of `depth`, each followed by a `refill` of the entries it used (a
-    refill counted once per block). Until 2026-11-28 (audit) the refill came before
-    each block: a round's first refill had nothing to compute (`start` filled the
-    stock) and the resets its last block used were never computed in it, so a round
-    left out 1/blocks of its resets (64 steps at depth 16: a quarter).
+    would otherwise count in every round. With `stocked` = (env, block) (contextual_stock), the
+    steps run in blocks of `block` steps, each after `refill_stocks` (a refill where some
+    env holds fewer than `block` fresh states), as PPO's rollout runs them; the round ends
+    with a refill of every entry it used, so that it computes every reset its steps took
+    (until 2026-11-28 (audit) a round left out 1/blocks of its resets; until 2026-12-04
+    every block refilled, the stock as deep as a block).
     `run` takes its state donated and returns the last one, as PPO's
     training loop and any loop that steps on from it do. Until 2026-11-27 (donated)
     it returned the sums alone: XLA then copied the state passed in before stepping
@@ -237,25 +258,44 @@ def _rollout(reset, step, action_size: int, num_envs: int, steps: int, refill=No
         read = sum(jnp.sum(x) for x in jax.tree.leaves((nxt.obs, nxt.reward)))
         return nxt, (nxt.done.sum(), _refilled(state, nxt), read)
 
-    def block(state, keys):  # the steps, then the refill of the entries they used
+    def computed(state, level=None):  # the fresh states a refill to `level` computes
+        env, _ = stocked
+        held = jax.vmap(env.stock_left)(state)
+        level = jax.tree.leaves(state.info[POOL].entries)[0].shape[1] if level is None else level
+        deficit = jnp.sum(jnp.maximum(level - held, 0))
+        return -(-deficit // num_envs) * num_envs  # whole chunks (`refill_stocks`)
+
+    def full(state):  # every used entry computed: (state, refills, fresh states computed)
+        env, _ = stocked
+        fresh = computed(state)
+        return jax.vmap(env.refill)(state), (fresh > 0).astype(jnp.int32), fresh
+
+    def block(state, keys):  # the refill the next block needs, then its steps
+        env, size = stocked
+        fresh = computed(state, size)
+        state = refill_stocks(env, state, size)
         state, (dones, _, read) = jax.lax.scan(body, state, keys)
-        return refill(state), (dones.sum(), jnp.int32(1), read.sum())
+        return state, (dones.sum(), (fresh > 0).astype(jnp.int32), fresh, read.sum())
 
     def start(key):
-        return reset(key) if refill is None else refill(reset(key))
+        return reset(key) if stocked is None else full(reset(key))[0]
 
     def run(key, state):
         keys = jax.random.split(key, steps)
-        if refill is None:
+        if stocked is None:
             state, sums = jax.lax.scan(body, state, keys)
-            return jax.tree.map(jnp.sum, sums), state
-        blocks, rest = divmod(steps, depth)
-        state, sums = jax.lax.scan(block, state, keys[: blocks * depth].reshape(blocks, depth))
+            dones, refills, read = jax.tree.map(jnp.sum, sums)
+            return (dones, refills, jnp.int32(0), read), state
+        size = stocked[1]
+        blocks, rest = divmod(steps, size)
+        state, sums = jax.lax.scan(block, state, keys[: blocks * size].reshape(blocks, size))
         sums = jax.tree.map(jnp.sum, sums)
         if rest:
-            state, more = block(state, keys[blocks * depth :])
+            state, more = block(state, keys[blocks * size :])
             sums = jax.tree.map(jnp.add, sums, more)
-        return sums, state
+        state, refills, computed = full(state)
+        dones, n, c, read = sums
+        return (dones, n + refills, c + computed, read), state
 
     return _Rollout(jax.jit(start), jax.jit(run, donate_argnums=1))
 
@@ -321,6 +361,7 @@ VARIANTS = (
     *MAIN,
     *(v for v in _DR if v != "brax_dr"),
     *(f"contextual_{s}" for s in RESET_STRATEGIES),
+    "contextual_stock:<depth>",
     "contextual_pool_dense",
     "contextual_pool_cond",
     *_BINDINGS,
@@ -331,6 +372,8 @@ VARIANTS = (
 def _known_variant(label: str) -> bool:
     """Whether `_build` knows the variant `label` (an ablation's strategy is checked
     when it is built)."""
+    if re.fullmatch(r"contextual_stock:[1-9][0-9]*", label):
+        return True
     name = label.partition(":")[0] if label.startswith("ablate_") else label
     return name in VARIANTS or name.removeprefix("ablate_") in _ABLATIONS
 
@@ -344,11 +387,13 @@ def _build(label: str, name: str, n: int, cfg: Config):
             brax_envs.get_environment(name, **kwargs), episode_length=1000, **extra
         )
         return _rollout(lambda k: env.reset(raw_keys(k)), env.step, env.action_size, n, cfg.steps)
-    strategy = cfg.strategy
+    strategy, depth = cfg.strategy, cfg.stock_depth
     if label in ("contextual_pool_dense", "contextual_pool_cond"):
         strategy = "pool"
     elif label in _BINDINGS:
         pass  # cfg.strategy
+    elif label.startswith("contextual_stock:"):
+        strategy, depth = "stock", int(label.partition(":")[2])
     elif label.startswith("contextual_"):
         strategy = label.removeprefix("contextual_")
     elif label.startswith("ablate_"):
@@ -375,15 +420,14 @@ def _build(label: str, name: str, n: int, cfg: Config):
         fields = {f.name: getattr(ctx.binding, f.name) for f in dataclasses.fields(ctx.binding)}
         ctx.binding = _BINDINGS[label](**fields)
     if ctx.reset_strategy == "stock":  # as PPO's rollout steps it (also "auto" on a GPU)
-        stock = jax.vmap(functools.partial(ctx.stock, depth=cfg.stock_depth))
+        stock = jax.vmap(functools.partial(ctx.stock, depth=depth))
         return _rollout(
             lambda k: stock(jax.vmap(ctx.reset)(jax.random.split(k, n))),
             jax.vmap(ctx.step),
             ctx.action_size,
             n,
             cfg.steps,
-            refill=jax.vmap(ctx.refill),
-            depth=cfg.stock_depth,
+            stocked=(ctx, cfg.stock_block),
         )
     return _rollout(
         lambda k: jax.vmap(ctx.reset)(jax.random.split(k, n)),
@@ -417,7 +461,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
     _warm_up(name, cfg)
     runs = {label: _build(label, name, n, cfg) for label in cfg.variants}
     key = jax.random.key(0)
-    compile_s, dones, refills, flow, carried = {}, {}, {}, {}, {}
+    compile_s, dones, refills, fresh, flow, carried = {}, {}, {}, {}, {}, {}
     for label, rollout in runs.items():
         t0 = time.perf_counter()  # both programs: the first reset is compiled too
         start = rollout.start.lower(key).compile()
@@ -437,7 +481,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
             flush=True,
         )
         runs[label] = _Rollout(start, compiled)
-        dones[label], refills[label] = map(int, compiled(key, start(key))[0][:2])
+        dones[label], refills[label], fresh[label] = map(int, compiled(key, start(key))[0][:3])
     times = {label: [] for label in runs}
     labels = list(runs)
     for r in range(cfg.rounds):
@@ -458,7 +502,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
     )
     print(
         f"{'variant':<22}{'steps/s':>12}{'ratio (median, min-max)':>28}"
-        f"{'compile s':>11}{'ratio':>7}{'dones/step':>12}{'refills/step':>14}"
+        f"{'compile s':>11}{'ratio':>7}{'dones/step':>12}{'refills/step':>14}{'fresh/step':>12}"
     )
     result = {}
     for label, ts in times.items():
@@ -471,6 +515,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
             f"({ratios.min():.3f}-{ratios.max():.3f})"
             f"{compile_s[label]:>11.1f}{c_ratio:>7.2f}"
             f"{dones[label] / cfg.steps:>12.1f}{refills[label] / cfg.steps:>14.3f}"
+            f"{fresh[label] / cfg.steps:>12.1f}"
         )
         result[label] = {
             "steps_per_s": float(sps),
@@ -484,6 +529,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
             "most_carried": carried[label],
             "dones_per_step": dones[label] / cfg.steps,
             "refills_per_step": refills[label] / cfg.steps,
+            "fresh_per_step": fresh[label] / cfg.steps,  # the stock's: computed by its refills
             "times_s": ts.tolist(),
         }
     if cfg.profile:

@@ -16,6 +16,8 @@
 #                                           # runner's resume, ant (mjx) at 8192 envs with auto
 #                                           # (the stock) and Brax DR, PPO against Brax PPO over
 #                                           # seeds 7 and 8 (auto, the stock)
+#   bash benchmarks/gpu_run.sh refill       # ant (mjx) at 8192 and PPO's iteration: the stock
+#                                           # refilled in whole chunks against a refill per block
 #   bash benchmarks/gpu_run.sh stock        # the envs at 8192: plain, Brax DR, auto, the stock
 #   bash benchmarks/gpu_run.sh suite        # the whole test suite under the machine's JAX, on its
 #                                           # CPU, 12 workers (pytest-xdist and execnet wheels:
@@ -39,7 +41,7 @@
 # command has its own time limit, so one that hangs costs its share, not the call.
 # SMOKE=1 shrinks every size, to check the script on a CPU in a few minutes.
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh essential | suite | stock | depth | diagnose | graphs | headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
+stage=${1:?"usage: gpu_run.sh essential | refill | suite | stock | depth | diagnose | graphs | headline | first | env | poolcost | ppo SEED... [MERGE.json] | profile | repro | resume"}
 shift
 out=${OUT:-/tmp/gpu_run}
 mkdir -p "$out"
@@ -86,6 +88,23 @@ essential)
   # the stage's 250 s
   run 250 ppo python3 benchmarks/ppo_throughput.py "${settings[@]}" --no-gru --seeds 7 8 \
     --compile-cache --out "$out/ppo_seeds_7_8.json"
+  ;;
+refill)
+  # The stock's refills in whole chunks (2026-12-04, `refill_stocks`): a stock of 32 per
+  # env refilled, before each block of 16 steps, only where some env holds fewer than 16,
+  # against the stock of 16 refilled before every block (the code the H200 timed at
+  # 0.969x of plain Brax on ant (mjx), 8192 envs, that day). Then PPO's iteration
+  # (hopper, 2048 envs, the settings) with the new default stock (32) against
+  # a stock of 16, in paired rounds
+  if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 32 --rounds 2)
+    d=(--env inverted_pendulum --num-envs 64 --num-minibatches 4 --rounds 1 --iterations 2)
+  else m=(--envs ant --num-envs 8192 --steps 192 --rounds 5)
+    d=(--env hopper --num-envs 2048 --num-minibatches 16 --iterations 4 --rounds 5)
+  fi
+  run 280 env_8192_mjx_refill python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
+    --variants plain brax_dr contextual_stock:16 contextual --out "$out/env_8192_mjx_refill"
+  run 280 ppo_refill python3 benchmarks/ppo_profile.py "${d[@]}" --cores mlp \
+    --strategies stock@16 stock
   ;;
 suite)
   # The tests under JAX 0.11.2, which the registry of the CPU machines does not have: on

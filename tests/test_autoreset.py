@@ -14,7 +14,7 @@ from conftest import load_benchmark, with_xla_defaults
 
 from metarl import contexts as C
 from metarl.compilation import loop_carries
-from metarl.envs import RESET_STRATEGIES, make_contextual
+from metarl.envs import RESET_STRATEGIES, make_contextual, refill_stocks
 from metarl.envs.autoreset import POOLED, pooled_where_done, where_done
 
 STATELESS = [s for s in RESET_STRATEGIES if s not in POOLED]
@@ -175,6 +175,8 @@ def test_strategies_agree_on_env_states(backend="generalized"):
 
         rollouts[strategy] = jax.jit(run)(jax.random.key(3))
     rollouts["stock"] = _stocked_rollout(space, narrow, backend, n, steps, depth=4)
+    # deeper than its blocks: refilled only where some env could run short, in whole chunks
+    rollouts["stock_deep"] = _stocked_rollout(space, narrow, backend, n, steps, depth=16, block=4)
     _, traj = rollouts["loop"]
     gravity, done, new_trial = traj["gravity"], traj["done"], traj["new_trial"]
     assert 0 < float(new_trial.sum()) < float(done.sum())
@@ -227,25 +229,26 @@ def _trial_env(space, backend, strategy):
     )
 
 
-def _stocked_rollout(space, narrow, backend, n, steps, depth):
+def _stocked_rollout(space, narrow, backend, n, steps, depth, block=None):
     """`test_strategies_agree_on_env_states`'s rollout as PPO's rollout runs the
-    pool: each env stocked with `depth` fresh states, refilled every `depth` steps
-    (after the ranges change), steps that never reset."""
+    pool: each env stocked with `depth` fresh states, `refill_stocks` before every
+    `block` steps (default `depth`; after the ranges change), steps that never reset."""
     env = _trial_env(space, backend, "stock")
+    block = block or depth
 
     def run(key):
         state = jax.vmap(env.reset)(jax.random.split(key, n))
         state = jax.vmap(lambda s: env.stock(s, depth))(state)
 
-        def block(state, xs):
+        def run_block(state, xs):
             b, keys = xs
             state = jax.lax.cond(
-                b * depth == steps // 2,
+                b * block == steps // 2,
                 lambda s: jax.vmap(env.set_ranges, in_axes=(0, None))(s, narrow),
                 lambda s: s,
                 state,
             )
-            state = jax.vmap(env.refill)(state)
+            state = refill_stocks(env, state, block)
 
             def body(state, k):
                 a = jax.random.uniform(k, (n, env.action_size), minval=-1, maxval=1)
@@ -254,8 +257,8 @@ def _stocked_rollout(space, narrow, backend, n, steps, depth):
 
             return jax.lax.scan(body, state, keys)
 
-        keys = jax.random.split(key, steps).reshape(steps // depth, depth)
-        state, traj = jax.lax.scan(block, state, (jnp.arange(steps // depth), keys))
+        keys = jax.random.split(key, steps).reshape(steps // block, block)
+        state, traj = jax.lax.scan(run_block, state, (jnp.arange(steps // block), keys))
         return state, jax.tree.map(lambda x: x.reshape((steps,) + x.shape[2:]), traj)
 
     state, traj = jax.jit(run)(jax.random.key(3))
@@ -419,6 +422,101 @@ def test_set_ranges_empties_the_pool():
     np.testing.assert_array_equal(state.info["reset_pool"].ready, [False] * 4 + [True] * 4)
     state = jax.vmap(env.set_ranges, in_axes=(0, None))(state, space.scaled(0.5))
     assert not np.asarray(state.info["reset_pool"].ready).any()
+
+
+def test_refill_stocks_computes_whole_chunks_for_the_envs_that_hold_the_fewest():
+    """`refill_stocks(env, states, steps)`: each env ends with at least `steps` fresh
+    states; the deficit is computed in whole chunks of num_envs, the room left raising
+    the envs that hold the fewest; nothing where every env holds enough. The entries it
+    computes are those of a full refill; the others it leaves alone."""
+    space = C.ContextSpace({"gravity": C.Scale(0.5, 1.5)})
+    env = make_contextual(
+        "inverted_pendulum", space, backend="generalized", episode_length=3, reset_strategy="stock"
+    )
+    n, depth = 4, 8
+    state = jax.vmap(lambda s: env.stock(s, depth))(
+        jax.vmap(env.reset)(jax.random.split(jax.random.key(0), n))
+    )
+    step = jax.jit(jax.vmap(env.step))
+    state = jax.jit(jax.vmap(env.refill))(state)
+    for _ in range(5):  # resets happen: the ring's slots no longer start at 0
+        state = step(state, jnp.zeros((n, env.action_size)))
+    full = jax.jit(jax.vmap(env.refill))(state)
+    resets = np.asarray(state.info["trial"].resets)
+    assert resets.min() > 0
+
+    def holding(held):  # the stock holding `held` fresh states per env, the rest NaN
+        stock = state.info["reset_pool"]
+        ahead = (np.arange(depth)[None] - resets[:, None]) % depth  # [n, depth]
+
+        def spoil(x):
+            if not np.issubdtype(x.dtype, np.floating):
+                return x
+            gone = (ahead >= np.asarray(held)[:, None]).reshape(ahead.shape + (1,) * (x.ndim - 2))
+            return jnp.where(gone, jnp.nan, x)
+
+        stock = stock.replace(
+            entries=jax.tree.map(spoil, full.info["reset_pool"].entries),
+            base=jnp.asarray(resets - depth + np.asarray(held), jnp.int32),
+        )
+        return state.replace(info={**state.info, "reset_pool": stock})
+
+    refill = jax.jit(refill_stocks, static_argnums=(0, 2))
+    for held, steps, want in (
+        ([8, 6, 3, 0], 2, [8, 6, 4, 3]),  # deficit 2, one chunk of 4: levels 3, then +1
+        ([8, 6, 3, 1], 4, [8, 6, 4, 4]),  # deficit 4: one chunk, no room left
+        ([2, 2, 1, 0], 3, [4, 3, 3, 3]),  # deficit 7: two chunks of 4, level 3 and +1
+        ([5, 6, 3, 7], 3, [5, 6, 3, 7]),  # every env holds 3: nothing
+        ([0, 0, 0, 0], 8, [8, 8, 8, 8]),  # after set_ranges: the whole stock
+    ):
+        out = refill(env, holding(held), steps)
+        got = np.asarray(jax.vmap(env.stock_left)(out))
+        np.testing.assert_array_equal(got, want, err_msg=f"held {held}, steps {steps}")
+        ahead = (np.arange(depth)[None] - resets[:, None]) % depth
+        for a, b in zip(
+            jax.tree.leaves(out.info["reset_pool"].entries),
+            jax.tree.leaves(full.info["reset_pool"].entries),
+            strict=True,
+        ):
+            if not np.issubdtype(a.dtype, np.floating):
+                continue
+            a, b = np.asarray(a), np.asarray(b)
+            kept = ahead < np.asarray(want)[:, None]
+            np.testing.assert_allclose(a[kept], b[kept], rtol=0, atol=1e-6)
+            assert np.isnan(a[~kept]).all(), f"held {held}: computed more than its chunks"
+    with pytest.raises(ValueError, match=r"steps must be an int in 1..8"):
+        refill_stocks(env, state, 9)
+
+
+@pytest.mark.parametrize("strategy", ["stock", "pool"])
+def test_set_ranges_drops_the_fresh_states_of_the_envs_whose_ranges_changed(strategy):
+    """Per-env ranges (ADR) changed for envs 0 and 2 only: their stocked (or pooled)
+    fresh states were drawn from the old ranges and are dropped; envs 1 and 3 keep
+    theirs, which the next refill does not compute again."""
+    space = C.ContextSpace({"gravity": C.Scale(0.5, 1.5)})
+    env = make_contextual(
+        "inverted_pendulum", space, backend="generalized", reset_strategy=strategy
+    )
+    n = 4
+    state = jax.vmap(env.reset)(jax.random.split(jax.random.key(0), n))
+    if strategy == "stock":
+        state = jax.jit(jax.vmap(env.refill))(jax.vmap(lambda s: env.stock(s, 4))(state))
+    else:  # a pool starts empty: as if every env's next fresh state were computed
+        pool = state.info["reset_pool"]
+        pool = pool.replace(ready=jnp.ones_like(pool.ready))
+        state = state.replace(info={**state.info, "reset_pool": pool})
+    changed = np.array([True, False, True, False])  # envs 0 and 2
+    rows = jax.tree.map(
+        lambda x, y: np.where(changed.reshape((n,) + (1,) * (np.ndim(x) - 1)), y, x),
+        jax.tree.map(lambda x: np.stack([x] * n), space),
+        jax.tree.map(lambda x: np.stack([x] * n), space.scaled(0.5)),
+    )
+    out = jax.vmap(env.set_ranges)(state, C.PerEnv(rows))
+    np.testing.assert_array_equal(out.info["trial"].current_ranges, [0, 1, 0, 1])
+    if strategy == "stock":
+        np.testing.assert_array_equal(jax.vmap(env.stock_left)(out), [0, 4, 0, 4])
+    else:
+        np.testing.assert_array_equal(out.info["reset_pool"].ready, [False, True, False, True])
 
 
 def test_a_stocked_step_never_resets_and_an_empty_stock_is_flagged():

@@ -459,28 +459,31 @@ def test_the_stocks_first_fill_is_outside_the_timed_rollout():
     PPO pays once a run (in init_env_state); timed inside every round, it made the
     stock's short rollouts look slower than its steps are. The untimed start fills it:
     its entries are the envs' next resets (base = resets), and the timed rollout
-    refills once per block, after it. The "contextual" variant whose strategy is the stock
+    refills as PPO's does (`refill_stocks` before each block), then computes every
+    entry it used, in whole chunks. The "contextual" variant whose strategy is the stock
     ("auto" on a GPU) is stepped the same way: it times what PPO runs."""
     from metarl.envs.contextual import POOL, TRIAL
 
     bench = _load("env_throughput")
-    cfg = bench.Config(stock_depth=4, steps=8)
+    n, cfg = 8, bench.Config(stock_depth=8, stock_block=4, steps=8)
     for label, strategy in (("contextual_stock", "auto"), ("contextual", "stock")):
         cfg = dataclasses.replace(cfg, strategy=strategy)
-        rollout = bench._build(label, "inverted_pendulum", 8, cfg)
+        rollout = bench._build(label, "inverted_pendulum", n, cfg)
         key = jax.random.key(0)
         state = rollout.start(key)
         stock = state.info[POOL]
         np.testing.assert_array_equal(stock.base, state.info[TRIAL].resets)
-        assert stock.depth((8,)) == 4
-        (dones, refills, _), last = rollout.run(key, state)
+        assert stock.depth((n,)) == 8
+        (dones, refills, fresh, _), last = rollout.run(key, state)
         # donated, as PPO's training loop takes it: the stock is not copied per call
         assert all(x.is_deleted() for x in jax.tree.leaves(state))
-        assert int(refills) == cfg.steps // cfg.stock_depth
-        # every reset the timed steps used was computed in them: the stock ends full
-        # (a refill before each block left the last block's resets to no round)
-        np.testing.assert_array_equal(last.info[POOL].base, last.info[TRIAL].resets)
         assert int(dones) > 0  # inverted_pendulum falls within 8 random steps: the stock is used
+        # every reset the timed steps used was computed in them, in whole chunks of n
+        assert 1 <= int(refills) <= cfg.steps // cfg.stock_block + 1
+        assert int(fresh) % n == 0 and int(dones) <= int(fresh) < int(dones) + n * int(refills)
+        np.testing.assert_array_equal(last.info[POOL].base, last.info[TRIAL].resets)  # full
+    with pytest.raises(ValueError, match=r"--stock-block 9: .* at most the stock's depth \(8\)"):
+        bench.Config(stock_depth=8, stock_block=9)
 
 
 def _gpu_program(monkeypatch):

@@ -295,7 +295,10 @@ def test_the_training_program_runs_the_envs_python_once(monkeypatch, strategy):
 def test_checkpoint_resume_is_bit_exact(tmp_path, strategy):
     """With the pool and the stock ("auto" on a GPU), the reset strategies whose state
     holds most (the pool: the next fresh state of every env, and whether it is ready;
-    the stock: unroll_length of them, the reset count at the last refill), restored too.
+    the stock: 2 * unroll_length of them, the reset count at the last refill), restored
+    too. The stock is thinned in the checkpoint and computed again on resume, so the
+    resumed stock holds other entries ahead than the uninterrupted one (`refill_stocks`
+    fills what each env lacks): every other number of the run is the same, bit for bit.
     The stock's checkpoint also resumes into a shallower stock (`stock_depth` 2,
     refilled 4 times a rollout) and continues as the run that was not interrupted, to
     float rounding: that is another program, which XLA may round otherwise."""
@@ -312,12 +315,12 @@ def test_checkpoint_resume_is_bit_exact(tmp_path, strategy):
     like = jax.tree.map(jnp.copy, {"training": ts, "env": thin})
     stock = es.env.info[POOL]
     if strategy == "stock":
-        assert stock.depth((32,)) == 8 and thin.env.info[POOL].depth((32,)) == 1
+        assert stock.depth((32,)) == 16 and thin.env.info[POOL].depth((32,)) == 1
         assert int(jnp.sum(es.env.info[TRIAL].resets - stock.base)) > 0  # some entries used
         with pytest.raises(ValueError, match=r"holds 1 fresh states.*restock_env_state"):
             ppo.run_train(space, ts, thin, 2000)  # forgot to restock: refused, not recompiled
         other = ppo.make_train_space(env, replace(config, unroll_length=4))
-        with pytest.raises(ValueError, match=r"holds 8 fresh states.*stock_depth \(4\)"):
+        with pytest.raises(ValueError, match=r"holds 16 fresh states.*stock_depth \(8\)"):
             ppo.restock_env_state(other, jax.tree.map(jnp.copy, es))
     else:
         assert thin is es
@@ -332,18 +335,19 @@ def test_checkpoint_resume_is_bit_exact(tmp_path, strategy):
         b_ts, b_es, _ = ppo.run_train(space, restored["training"], restocked, 2000)
     assert compiles.count == 0
     b_ts, b_es, _ = ppo.run_train(space, b_ts, b_es, 2000, context=GRAVITY.scaled(0.3))
-    resumed = [((a_ts, a_es), (b_ts, b_es))]
+    unstocked = lambda es: es.replace(  # noqa: E731
+        env=es.env.replace(info={k: v for k, v in es.env.info.items() if k != POOL})
+    )
+    resumed = [((a_ts, unstocked(a_es)), (b_ts, unstocked(b_es)))]
     if strategy == "stock":
+        assert not np.asarray(b_es.env.info[POOL].overrun).any()
         shallow = ppo.make_train_space(env, replace(config, stock_depth=2))
-        assert (space.stock_depth, shallow.stock_depth) == (8, 2)
+        assert (space.stock_depth, shallow.stock_depth) == (16, 2)
         again = checkpoint.restore(tmp_path, like=like)  # run_train donated the first
         c_es = ppo.restock_env_state(shallow, again["env"])
         c_ts, c_es, _ = ppo.run_train(shallow, again["training"], c_es, 2000)
         c_ts, c_es, _ = ppo.run_train(shallow, c_ts, c_es, 2000, context=GRAVITY.scaled(0.3))
         assert c_es.env.info[POOL].depth((32,)) == 2
-        unstocked = lambda es: es.replace(  # noqa: E731
-            env=es.env.replace(info={k: v for k, v in es.env.info.items() if k != POOL})
-        )
         resumed.append(((a_ts, unstocked(a_es)), (c_ts, unstocked(c_es))))
     a, b = resumed[0]
     for x, y in zip(jax.tree.leaves(to_numpy(a)), jax.tree.leaves(to_numpy(b)), strict=True):
@@ -358,36 +362,39 @@ def test_checkpoint_resume_is_bit_exact(tmp_path, strategy):
 
 
 def test_the_stock_fits_the_devices_memory():
-    """`PPOConfig.stock_depth=None`: unroll_length fresh states per env where the stock
-    fits a quarter of the device's memory (or the device reports none, as a CPU does),
-    else the largest divisor of unroll_length that fits. A depth asked for whose stock
-    alone exceeds the device's memory is refused before anything compiles."""
+    """`PPOConfig.stock_depth=None`: two rollouts' worth of fresh states per env
+    (2 * unroll_length) where the stock fits a quarter of the device's memory (or the
+    device reports none, as a CPU does), else the largest divisor of unroll_length that
+    fits. A depth asked for whose stock alone exceeds the device's memory is refused
+    before anything compiles."""
     choose, gib = training._choose_stock_depth, 2**30  # noqa: SLF001
-    assert choose(16, None, gib, None) == 16  # a CPU: no limit known
-    assert choose(16, None, gib, 64 * gib) == 16  # 16 GiB: a quarter of 64
+    assert choose(16, None, gib, None) == 32  # a CPU: no limit known
+    assert choose(16, None, gib, 128 * gib) == 32  # 32 GiB: a quarter of 128
+    assert choose(16, None, gib, 127 * gib) == 16  # one rollout's worth
     assert choose(16, None, gib, 63 * gib) == 8
     assert choose(20, None, gib, 24 * gib) == 5  # divisors of 20: 1, 2, 4, 5, 10, 20
     assert choose(16, None, 100 * gib, 80 * gib) == 1  # nothing fits: the least
     assert choose(16, 4, gib, 80 * gib) == 4  # asked for
+    assert choose(16, 48, gib, 80 * gib) == 48  # deeper than a rollout: any depth
     with pytest.raises(ValueError, match=r"stock would take 32\.0 GiB of the device's 16\.0"):
         choose(16, 16, 2 * gib, 16 * gib)
     # A device that reports its memory (a GPU; here a stand-in), one env's entry measured
-    # from the env's own reset: 16 entries for 1024 envs fit a quarter of it, by one byte
+    # from the env's own reset: 32 entries for 1024 envs fit a quarter of it, by one byte
     env = make_contextual("inverted_pendulum", GRAVITY, reset_strategy="stock")
     entry = jax.eval_shape(env.reset, jax.random.key(0)).info[POOL].pending
     per_env = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(entry))
 
     class Device:
         def memory_stats(self):
-            return {"bytes_limit": 4 * 16 * 1024 * per_env}
+            return {"bytes_limit": 4 * 32 * 1024 * per_env}
 
     config = ppo.PPOConfig(num_envs=1024, unroll_length=16, num_minibatches=4)
     mesh = types.SimpleNamespace(size=1, devices=np.array([Device()]))
-    assert training._stock_depth(env, config, None, mesh) == 16  # noqa: SLF001
-    assert training._stock_depth(env, config, 2, mesh) == 8  # two seeds: twice the envs
+    assert training._stock_depth(env, config, None, mesh) == 32  # noqa: SLF001
+    assert training._stock_depth(env, config, 2, mesh) == 16  # two seeds: twice the envs
     mesh.size = 2  # two devices split the envs
-    assert training._stock_depth(env, config, 2, mesh) == 16  # noqa: SLF001
-    assert ppo.make_train_space(env, config).stock_depth == 16  # a CPU: no limit
+    assert training._stock_depth(env, config, 2, mesh) == 32  # noqa: SLF001
+    assert ppo.make_train_space(env, config).stock_depth == 32  # a CPU: no limit
 
 
 # ---- discrete actions ----

@@ -17,6 +17,7 @@ from metarl.envs.contextual import (
     ResetStock,
     TrialInfo,
     make_contextual,
+    refill_stocks,
 )
 from metarl.envs.mjcf import MjcfEnv
 
@@ -34,4 +35,5 @@ __all__ = [
     "TrialInfo",
     "check_env",
     "make_contextual",
+    "refill_stocks",
 ]

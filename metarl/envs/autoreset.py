@@ -40,7 +40,8 @@ function carries a `jax.custom_batching` rule):
   (loop on CPU, dense elsewhere) only at steps where some done env's entry was
   already used. Exact because an env's next reset depends only on inputs that
   change when it resets (its key, reset count, episode index, context) or
-  through `ContextualEnv.set_ranges`, which empties the pool. A dense refill
+  through `ContextualEnv.set_ranges`, which empties the pool of every env whose
+  ranges it changes. A dense refill
   every k steps costs 1/k of "dense"; it adds one `lax.cond` per step.
 * ``"stock"``: the pool, which PPO's rollout deepens into a *stock* of each
   env's next ``depth`` fresh states (`stock_refill`), refilled by its owner once

@@ -81,10 +81,12 @@ class PPOConfig:
     reset_every_episode: bool = False  # reset recurrent state every episode, not every trial
     # "trial": RL^2 returns run across a trial's episodes; "episode": each its own
     returns_span: str = "trial"
-    # reset_strategy "stock" ("auto" on a GPU): fresh states stocked per env, refilled
-    # every stock_depth steps. None: unroll_length (one refill per rollout), or the
-    # largest divisor of it whose stock fits the device's memory budget
-    # (`training.STOCK_MEMORY_SHARE`). An int must divide unroll_length.
+    # reset_strategy "stock" ("auto" on a GPU): stock_depth fresh states stocked per env.
+    # Deeper than unroll_length, it is refilled before a rollout only where some env
+    # could run short, in whole chunks (`metarl.envs.refill_stocks`); shallower, it must
+    # divide unroll_length and is refilled before every stock_depth steps. None:
+    # 2 * unroll_length, or where that stock would not fit the device's memory budget
+    # (`training.STOCK_MEMORY_SHARE`) the largest divisor of unroll_length that fits.
     stock_depth: int | None = None
     seed: int = 0  # the run's seed (jax.random.key), 0 <= seed < 2**32
 
@@ -102,12 +104,13 @@ class PPOConfig:
                 f"({self.num_minibatches}): minibatches split the envs"
             )
         if self.stock_depth is not None and (
-            self.stock_depth < 1 or self.unroll_length % self.stock_depth
+            self.stock_depth < 1
+            or (self.stock_depth < self.unroll_length and self.unroll_length % self.stock_depth)
         ):
             raise ValueError(
-                f"PPOConfig.stock_depth must be None or a divisor of unroll_length "
-                f"({self.unroll_length}): one of {divisors(self.unroll_length)}, got "
-                f"{self.stock_depth!r}"
+                f"PPOConfig.stock_depth must be None, at least unroll_length "
+                f"({self.unroll_length}), or a divisor of it (one of "
+                f"{divisors(self.unroll_length)}), got {self.stock_depth!r}"
             )
         if self.core not in CORES:
             raise ValueError(f"PPOConfig.core must be one of {sorted(CORES)}, got {self.core!r}")

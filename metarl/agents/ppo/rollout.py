@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from metarl.agents.agent import AgentCarry
-from metarl.envs import POOL, TRIAL, ResetStock
+from metarl.envs import POOL, TRIAL, ResetStock, refill_stocks
 
 
 class EnvState(struct.PyTreeNode):
@@ -44,8 +44,9 @@ def unroll(env, agent, config, params, normalizer, es: EnvState):
     """`unroll_length` steps on every env -> (new EnvState, Transition [T, B]).
 
     With reset_strategy="stock" the env states hold a stock of `stock_depth` fresh
-    states each (`init_env_state`; `unroll_length` unless memory asks for fewer),
-    refilled here in bulk before every `stock_depth` steps: the steps take their
+    states each (`init_env_state`; 2 * `unroll_length` unless memory asks for fewer),
+    refilled here in bulk (`refill_stocks`) before the unroll, or before every
+    `stock_depth` steps of it where the stock is shallower: the steps take their
     fresh states from it and compile no reset."""
 
     def step(es: EnvState, _):
@@ -87,14 +88,14 @@ def unroll(env, agent, config, params, normalizer, es: EnvState):
     stock = es.env.info.get(POOL)
     if not isinstance(stock, ResetStock):
         return jax.lax.scan(step, es, None, length=config.unroll_length)
-    depth = stock.depth(es.key.shape)
+    size = min(stock.depth(es.key.shape), config.unroll_length)  # steps between refills
 
     def block(es: EnvState, _):
-        es = es.replace(env=jax.vmap(env.refill)(es.env))
-        return jax.lax.scan(step, es, None, length=depth)
+        es = es.replace(env=refill_stocks(env, es.env, size))
+        return jax.lax.scan(step, es, None, length=size)
 
-    if depth == config.unroll_length:
+    if size == config.unroll_length:
         return block(es, None)
-    es, transitions = jax.lax.scan(block, es, None, length=config.unroll_length // depth)
+    es, transitions = jax.lax.scan(block, es, None, length=config.unroll_length // size)
     flat = lambda x: x.reshape((config.unroll_length,) + x.shape[2:])  # noqa: E731
     return es, jax.tree.map(flat, transitions)

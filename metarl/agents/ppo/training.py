@@ -105,28 +105,35 @@ def _normalizer_state(obs):
 # MuJoCo Playground's HumanoidRun on MJX: 7,635 numbers per entry, 4 GiB at 8192 envs
 # x 16), and a rollout also needs the physics' own temporaries.
 STOCK_MEMORY_SHARE = 0.25
+# `PPOConfig.stock_depth` None: this many rollouts' worth of fresh states per env. Twice
+# a rollout leaves room for `refill_stocks` to fill every chunk it computes; deeper
+# stocks refill less often in as many chunks, and hold more states that `set_ranges`
+# throws away.
+STOCK_ROLLOUTS = 2
 
 
 def _choose_stock_depth(
     unroll_length: int, requested: int | None, bytes_per_depth: int, limit: int | None
 ) -> int:
     """The stock's depth: `requested` (refused if its stock alone exceeds the device's
-    memory `limit`); else `unroll_length` where the stock fits `STOCK_MEMORY_SHARE` of
-    `limit` (or `limit` is unknown: a CPU reports none), else the largest divisor of
-    it that fits (at least 1). `bytes_per_depth`: one fresh state for every env a
-    device holds."""
+    memory `limit`); else `STOCK_ROLLOUTS` * `unroll_length` where that stock fits
+    `STOCK_MEMORY_SHARE` of `limit` (or `limit` is unknown: a CPU reports none), else
+    the largest divisor of `unroll_length` that fits (at least 1). `bytes_per_depth`:
+    one fresh state for every env a device holds."""
     gib = lambda b: f"{b / 2**30:.1f} GiB"  # noqa: E731
     if requested is not None:
         if limit is not None and requested * bytes_per_depth > limit:
             raise ValueError(
                 f"PPOConfig.stock_depth={requested}: the stock would take "
                 f"{gib(requested * bytes_per_depth)} of the device's {gib(limit)}; choose a "
-                "smaller divisor of unroll_length, or None to fit it automatically"
+                "smaller depth, or None to fit it automatically"
             )
         return requested
+    deepest = STOCK_ROLLOUTS * unroll_length
     if limit is None:
-        return unroll_length
-    fits = [d for d in divisors(unroll_length) if d * bytes_per_depth <= STOCK_MEMORY_SHARE * limit]
+        return deepest
+    depths = [deepest, *divisors(unroll_length)]
+    fits = [d for d in depths if d * bytes_per_depth <= STOCK_MEMORY_SHARE * limit]
     return max(fits, default=1)
 
 
