@@ -44,9 +44,10 @@ function carries a `jax.custom_batching` rule):
   ranges it changes. A dense refill
   every k steps costs 1/k of "dense"; it adds one `lax.cond` per step.
 * ``"stock"``: the pool, which PPO's rollout deepens into a *stock* of each
-  env's next ``depth`` fresh states (`stock_refill`), refilled by its owner once
-  per ``depth`` steps: the step then only takes an entry (`ContextualEnv.stock`).
-  Outside a stocked rollout it is the pool.
+  env's next ``depth`` fresh states (`stock_refill`), refilled by its owner in whole
+  chunks where some env could run short before its next chance
+  (`ContextualEnv.refill`, `refill_stocks`): the step then only takes an entry
+  (`ContextualEnv.stock`). Outside a stocked rollout it is the pool.
 
 Nested vmaps (envs inside contexts) work: the outer vmap batches the loop
 with a select.

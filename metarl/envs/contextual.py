@@ -415,10 +415,11 @@ class ContextualEnv(Env):
     def stock(self, state: State, depth: int) -> State:
         """One env's `state` (reset_strategy "stock" or "pool") holding a stock of its next `depth`
         fresh states, all still to be computed: call `refill` before stepping it, and
-        again at least every `depth` steps. Its steps then take their fresh states from
-        the stock and compile no reset. A done env that finds the stock empty sets
+        again before it could run out (`stock_left`: every step takes at most one; a
+        batch: `refill_stocks`). Its steps then take their fresh states from the stock
+        and compile no reset. A done env that finds the stock empty sets
         ``state.info[POOL].overrun`` (and goes on from a wrong state): metarl's trainer
-        refills before every unroll of `depth` steps and refuses a state with an overrun.
+        calls `refill_stocks` before every unroll and refuses a state with an overrun.
         Vmap it over a batch of states."""
         if self.reset_strategy not in POOLED:
             raise ValueError(
