@@ -86,13 +86,14 @@ class ResetPool:
 class ResetStock:
     """reset_strategy="stock" in a trainer's rollout (`ContextualEnv.stock`): this
     env's next ``depth`` fresh (pipeline_state, obs, env info, (context, derived)),
-    refilled by `ContextualEnv.refill` at least every ``depth`` steps. A step takes
+    refilled by `ContextualEnv.refill` before it could run out. A step takes
     its entry and never resets: the reset is not in the step's program at all."""
 
     # leaves [depth, ...], a ring: the entry of reset number r (base <= r < base + depth)
     # is entry r mod depth, so that a refill moves none of them
     entries: Any
-    base: jax.Array  # int32[]: TrialInfo.resets at the last refill
+    base: jax.Array  # int32[]: it holds resets [TrialInfo.resets, base + depth) (a full
+    # refill sets base = resets)
     overrun: jax.Array  # bool[], sticky: a done env found no entry left (refilled too late)
 
     def depth(self, batch: tuple[int, ...] = ()) -> int:
