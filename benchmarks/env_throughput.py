@@ -258,24 +258,20 @@ def _rollout(reset, step, action_size: int, num_envs: int, steps: int, stocked=N
         read = sum(jnp.sum(x) for x in jax.tree.leaves((nxt.obs, nxt.reward)))
         return nxt, (nxt.done.sum(), _refilled(state, nxt), read)
 
-    def computed(state, level=None):  # the fresh states a refill to `level` computes
-        env, _ = stocked
-        held = jax.vmap(env.stock_left)(state)
-        level = jax.tree.leaves(state.info[POOL].entries)[0].shape[1] if level is None else level
-        deficit = jnp.sum(jnp.maximum(level - held, 0))
-        return -(-deficit // num_envs) * num_envs  # whole chunks (`refill_stocks`)
+    def refilled(refill, state):  # -> (state, refills, fresh states computed)
+        held = lambda s: jnp.sum(jax.vmap(stocked[0].stock_left)(s))  # noqa: E731
+        new = refill(state)
+        fresh = held(new) - held(state)  # computed in chunks of num_envs (`stock_refill`)
+        return new, (fresh > 0).astype(jnp.int32), -(-fresh // num_envs) * num_envs
 
-    def full(state):  # every used entry computed: (state, refills, fresh states computed)
-        env, _ = stocked
-        fresh = computed(state)
-        return jax.vmap(env.refill)(state), (fresh > 0).astype(jnp.int32), fresh
+    def full(state):  # every used entry computed
+        return refilled(jax.vmap(stocked[0].refill), state)
 
     def block(state, keys):  # the refill the next block needs, then its steps
         env, size = stocked
-        fresh = computed(state, size)
-        state = refill_stocks(env, state, size)
+        state, refills, fresh = refilled(lambda s: refill_stocks(env, s, size), state)
         state, (dones, _, read) = jax.lax.scan(body, state, keys)
-        return state, (dones.sum(), (fresh > 0).astype(jnp.int32), fresh, read.sum())
+        return state, (dones.sum(), refills, fresh, read.sum())
 
     def start(key):
         return reset(key) if stocked is None else full(reset(key))[0]

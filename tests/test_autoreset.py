@@ -444,10 +444,10 @@ def test_refill_stocks_computes_whole_chunks_for_the_envs_that_hold_the_fewest()
     full = jax.jit(jax.vmap(env.refill))(state)
     resets = np.asarray(state.info["trial"].resets)
     assert resets.min() > 0
+    ahead = (np.arange(depth)[None] - resets[:, None]) % depth  # [n, depth]: resets ahead
 
     def holding(held):  # the stock holding `held` fresh states per env, the rest NaN
         stock = state.info["reset_pool"]
-        ahead = (np.arange(depth)[None] - resets[:, None]) % depth  # [n, depth]
 
         def spoil(x):
             if not np.issubdtype(x.dtype, np.floating):
@@ -472,7 +472,6 @@ def test_refill_stocks_computes_whole_chunks_for_the_envs_that_hold_the_fewest()
         out = refill(env, holding(held), steps)
         got = np.asarray(jax.vmap(env.stock_left)(out))
         np.testing.assert_array_equal(got, want, err_msg=f"held {held}, steps {steps}")
-        ahead = (np.arange(depth)[None] - resets[:, None]) % depth
         for a, b in zip(
             jax.tree.leaves(out.info["reset_pool"].entries),
             jax.tree.leaves(full.info["reset_pool"].entries),

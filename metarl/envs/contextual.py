@@ -553,7 +553,7 @@ def refill_stocks(env: ContextualEnv, states: State, steps: int) -> State:
     under random actions at 8192 envs computed a chunk of 8,192 for the 3,440 of 16
     steps). Exact all the same: an entry is its env's own next reset, whenever it is
     computed. Under an outer vmap (seeds) each batch chooses its own."""
-    depth = jax.tree.leaves(states.info[POOL].entries)[0].shape[1]
+    depth = states.info[POOL].depth(states.info[TRIAL].resets.shape)
     if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= depth:
         raise ValueError(
             f"refill_stocks: steps must be an int in 1..{depth} (the stock's depth), got {steps!r}"
