@@ -172,6 +172,7 @@ def _computations(hlo: str) -> tuple[dict[str, list[tuple[str, str, str]]], str,
 
 _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2}
 _SLICING = frozenset({"gather", "dynamic-slice", "slice"})
+_VIEWS = frozenset({"bitcast", "reshape"})  # in a fusion: the same numbers, read as sliced
 _IN_PLACE = {"scatter": 2, "dynamic-update-slice": 1}  # which operand is the update
 
 
@@ -231,14 +232,18 @@ def _fusion_traffic(body: list[tuple[str, str, str]], shapes: dict[str, str]) ->
             in_place.add(operands[0])
         else:
             written += _size(shapes[r])
-    read = 0
-    for name, (op, _) in ops.items():
-        if op != "parameter" or name in in_place:
-            continue
-        if users[name] and all(ops[u][0] in _SLICING for u in users[name]):
-            read += min(_size(shapes[name]), sum(_size(shapes[u]) for u in users[name]))
-        else:
-            read += _size(shapes[name])
+
+    def sliced(name: str) -> int:  # the bytes of `name` its users read: the slices they
+        # take, through views (a gather's row, bitcast, then sliced into each field: the
+        # field, since 2026-12-05, not the row), else all of it
+        size = _size(shapes[name])
+        if not users[name] or not all(ops[u][0] in _SLICING | _VIEWS for u in users[name]):
+            return size
+        return min(size, sum(sliced(u) for u in users[name]))
+
+    read = sum(
+        sliced(name) for name, (op, _) in ops.items() if op == "parameter" and name not in in_place
+    )
     return read + written
 
 

@@ -555,6 +555,40 @@ def test_a_stocked_step_never_resets_and_an_empty_stock_is_flagged():
         ppo.run_train(train, ppo.init_training_state(train, jax.random.key(0)), es, 8)
 
 
+def test_a_stock_entry_is_packed_into_one_array_per_dtype_and_unpacked_exactly():
+    """`ResetStock.entries`: an entry's leaves flattened and joined per dtype, in leaf
+    order (dtypes interleaved, scalars, an empty leaf), taken apart again bit for bit,
+    also under jit and vmap; a tree of other sizes is refused."""
+    from metarl.envs.contextual import _pack, _unpack
+
+    tree = {
+        "a": jnp.arange(6, dtype=jnp.float32).reshape(2, 3) / 7,
+        "b": jnp.int32(-3),
+        "c": jnp.array([True, False, True]),
+        "d": (jnp.float32(2.5), jnp.zeros((0,), jnp.float32), jnp.arange(2, dtype=jnp.uint32)),
+        "e": jnp.array([[4], [5]], jnp.int32),
+    }
+    packed = _pack(tree)
+    assert {k: v.shape for k, v in packed.items()} == {
+        "float32": (7,),
+        "int32": (3,),
+        "bool": (3,),
+        "uint32": (2,),
+    }
+    np.testing.assert_array_equal(packed["int32"], [-3, 4, 5])
+    for got in (
+        _unpack(packed, tree),
+        jax.jit(lambda p: _unpack(p, tree))(packed),
+        jax.vmap(lambda p: _unpack(p, tree))(jax.tree.map(lambda x: jnp.stack([x, x]), packed)),
+    ):
+        for g, want in zip(jax.tree.leaves(got), jax.tree.leaves(tree), strict=True):
+            g = g if g.shape == want.shape else g[1]
+            assert g.dtype == want.dtype and g.shape == want.shape
+            np.testing.assert_array_equal(g, want)
+    with pytest.raises(ValueError, match="made by another env"):
+        _unpack(packed, {**tree, "f": jnp.float32(0)})
+
+
 class _EpisodeInInfo:
     """A puck whose episode keeps a target and a step counter in its own `info`
     (as Playground's manipulation and joystick tasks do) and whose step reads its

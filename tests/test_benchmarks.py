@@ -707,6 +707,38 @@ def test_gpu_program_estimates_the_bytes_each_launch_moves(monkeypatch):
     assert set(counts) == {"update", "pick", "copy.1"}
 
 
+def test_gpu_program_reads_a_gathered_row_as_the_fields_sliced_from_it(monkeypatch):
+    """A fusion that gathers a row of 24 numbers per env from a stock of 8 rows,
+    views it and slices two fields of 4 out of it reads the fields, not the row."""
+    gp = _gpu_program(monkeypatch)
+    hlo = """\
+HloModule m
+
+%fused_pick (s: f32[64,8,24], i: s32[64,2], m: pred[64,4], x: f32[64,4]) -> f32[64,4] {
+  %s = f32[64,8,24]{2,1,0} parameter(0)
+  %i = s32[64,2]{1,0} parameter(1)
+  %g = f32[64,1,24]{2,1,0} gather(%s, %i), index_vector_dim=1, slice_sizes={1,1,24}
+  %b = f32[64,24]{1,0} bitcast(%g)
+  %f1 = f32[64,4]{1,0} slice(%b), slice={[0:64], [0:4]}
+  %f2 = f32[64,4]{1,0} slice(%b), slice={[0:64], [8:12]}
+  %m = pred[64,4]{1,0} parameter(2)
+  %x = f32[64,4]{1,0} parameter(3)
+  %a = f32[64,4]{1,0} add(%f1, %f2)
+  ROOT %select.1 = f32[64,4]{1,0} select(%m, %a, %x)
+}
+
+ENTRY %main (p0: f32[64,8,24], p1: s32[64,2], p2: pred[64,4], p3: f32[64,4]) -> f32[64,4] {
+  %p0 = f32[64,8,24]{2,1,0} parameter(0)
+  %p1 = s32[64,2]{1,0} parameter(1)
+  %p2 = pred[64,4]{1,0} parameter(2)
+  %p3 = f32[64,4]{1,0} parameter(3)
+  ROOT %pick = f32[64,4]{1,0} fusion(%p0, %p1, %p2, %p3), kind=kLoop, calls=%fused_pick
+}
+"""
+    field = 64 * 4 * 4
+    assert gp.traffic(hlo) == {"pick": 2 * field + 64 * 2 * 4 + 64 * 4 + field + field}
+
+
 def test_strategy_agreement_reports_the_largest_difference_and_the_first_step():
     agree = _load("strategy_agreement")
     same = np.arange(12, dtype=np.float32).reshape(3, 2, 2)

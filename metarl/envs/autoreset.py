@@ -239,12 +239,15 @@ def pooled_where_done(
     return select
 
 
-def stock_refill(fresh_fn: Callable[[Any], Any]) -> Callable[[Any, Any, Any], Any]:
+def stock_refill(
+    fresh_fn: Callable[[Any], Any], pack: Callable[[Any], Any] = lambda fresh: fresh
+) -> Callable[[Any, Any, Any], Any]:
     """Builds refill(operands, entries, stale) -> entries, for a stock of fresh states.
 
-    A stock holds one env's next ``depth`` fresh states (leaves with a leading [depth]
-    axis, in any order: `ContextualEnv`'s is a ring, the entry of reset number r at
-    r mod depth). The refill computes entry j afresh, from ``fresh_fn(operands[j])``,
+    A stock holds one env's next ``depth`` fresh states, each as `pack` makes it of one
+    env's fresh state (`ContextualEnv`'s: its leaves joined per dtype), in leaves with a
+    leading [depth] axis, in any order (`ContextualEnv`'s is a ring, the entry of reset
+    number r at r mod depth). The refill computes entry j afresh, from ``fresh_fn(operands[j])``,
     where ``stale[j]``, and keeps the others where they are: no entry is moved (until
     2026-11-27 the stock was shifted so that entry 0 came next, a copy of the whole
     stock at every refill: on 2 CPU cores, stocks of 16, the refill took 32.6 ms against
@@ -262,7 +265,7 @@ def stock_refill(fresh_fn: Callable[[Any], Any]) -> Callable[[Any, Any, Any], An
 
     @jax.custom_batching.custom_vmap
     def refill(operands, entries, stale):
-        return _where(stale, jax.vmap(fresh_fn)(operands), entries)
+        return _where(stale, jax.vmap(pack)(jax.vmap(fresh_fn)(operands)), entries)
 
     @refill.def_vmap
     def _batched(axis_size, in_batched, operands, entries, stale):
@@ -280,6 +283,7 @@ def stock_refill(fresh_fn: Callable[[Any], Any]) -> Callable[[Any, Any, Any], An
             idx = jax.lax.dynamic_slice(order, (i * size,), (size,))
             rows = jnp.minimum(idx, pairs - 1)
             fresh = jax.vmap(fresh_fn)(jax.tree.map(lambda x: x[rows], operands))
+            fresh = jax.vmap(pack)(fresh)
             state = jax.tree.map(lambda s, f: s.at[idx].set(f, mode="drop"), state, fresh)
             return i + 1, state
 
