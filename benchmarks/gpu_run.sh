@@ -92,8 +92,10 @@ essential)
 refill)
   # The stock's refills in whole chunks (2026-12-04, `refill_stocks`): a stock of 32 per
   # env refilled, before each block of 16 steps, only where some env holds fewer than 16,
-  # against the stock of 16 refilled before every block (the code the H200 timed at
-  # 0.969x of plain Brax on ant (mjx), 8192 envs, that day). Then PPO's iteration
+  # against the stock of 16 refilled before every block (as the H200 timed it at 0.969x
+  # of plain Brax on ant (mjx), 8192 envs, that day; its entries packed per dtype since
+  # 2026-12-05, one gather a step and one scatter per refill trip per dtype, not one per
+  # array of the state). Then PPO's iteration
   # (hopper, 2048 envs, the settings) with the new default stock (32) against
   # a stock of 16, in paired rounds
   if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 32 --rounds 2)
