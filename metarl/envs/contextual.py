@@ -150,8 +150,9 @@ def _unpack(packed: dict[str, jax.Array], like: Any) -> Any:
     held = {k: v.shape[0] for k, v in packed.items()}
     if wanted != held:
         raise ValueError(
-            f"a stock's entry holds {held} numbers per dtype, the env's fresh state {wanted}: "
-            "the stock was made by another env (or another version of metarl)"
+            f"a stock's entry holds {held} numbers per dtype, the env's running state "
+            f"{wanted}: the stock was made by another env (or another version of metarl), "
+            "or the env's step returns other arrays than its reset"
         )
     at = dict.fromkeys(held, 0)
     out = []
