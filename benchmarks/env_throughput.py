@@ -16,6 +16,10 @@ first reset is a program of its own, run before each timed call and not timed
   plain Brax on MJX's ant on a GPU: its fields batched but left at the env's values
   (what the draw changes), every array of the System batched (none of it a constant of
   the program), both.
+* brax_dr_metarl: Brax's DR with the Systems metarl's contexts make (`_metarl_randomizer`:
+  one context per env drawn once, written as the contextual env writes it, the mass's
+  inertia and the solver's inverse weights with it): the contextual env without its
+  resampling and exact resets.
 * contextual: `make_contextual` with the same quantities, drawn afresh at every
   episode inside jit, with exact resets (`--strategy`, default auto); friction
   only where some geom collides (not on inverted_pendulum, where no contact
@@ -205,6 +209,38 @@ def _brax_randomizer(num_envs: int, drawn: bool = True, every_field: bool = Fals
     return randomize
 
 
+def _metarl_randomizer(binding: C.Binding, num_envs: int):
+    """Brax's `randomization_fn` with the Systems metarl's contexts make: one context per
+    env drawn from `binding`'s ranges, once, at build time, and written into the System as
+    the contextual env writes it at every step (`Binding.apply`, the derived constants
+    with it); the arrays whose values differ between envs batched, every other array the
+    System the contextual env steps with its contexts unbatched. The contextual env with
+    its resampling and exact resets taken away: against it, what the mechanism costs;
+    against `brax_dr`, what the physics metarl writes (the mass's inertia and inverse
+    weights) costs."""
+
+    def randomize(sys):
+        # the binding's System is the env's (another instance of it: its MjModel differs)
+        if [np.shape(x) for x in jax.tree.leaves(sys)] != [
+            np.shape(x) for x in jax.tree.leaves(binding.sys)
+        ]:
+            raise ValueError("brax_dr_metarl: the env's System is not the one metarl binds")
+        keys = jax.random.split(jax.random.PRNGKey(7), num_envs)
+
+        def one(key):
+            context = binding.sample(key)
+            return binding.apply(context, binding.derive(context))
+
+        systems = jax.vmap(one)(keys)
+        leaves, treedef = jax.tree.flatten(systems)
+        varies = [bool(np.any(x != x[:1])) for x in map(np.asarray, leaves)]
+        batched = [x if v else x[0] for x, v in zip(leaves, varies)]
+        axes = [0 if v else None for v in varies]
+        return treedef.unflatten(batched), treedef.unflatten(axes)
+
+    return randomize
+
+
 # diagnostics: Brax's DR with its fields left at the env's values, or with every field
 # of the System batched
 _DR = {
@@ -356,6 +392,7 @@ _ABLATIONS = ("noreset", "norebuild", "norefill")
 VARIANTS = (
     *MAIN,
     *(v for v in _DR if v != "brax_dr"),
+    "brax_dr_metarl",
     *(f"contextual_{s}" for s in RESET_STRATEGIES),
     "contextual_stock:<depth>",
     "contextual_pool_dense",
@@ -377,8 +414,21 @@ def _known_variant(label: str) -> bool:
 def _build(label: str, name: str, n: int, cfg: Config):
     kwargs = {} if cfg.backend is None else {"backend": cfg.backend}
     raw_keys = lambda key: jax.random.split(jax.random.key_data(key), n)  # noqa: E731
-    if label == "plain" or label in _DR:
-        extra = {} if label == "plain" else {"randomization_fn": _brax_randomizer(n, **_DR[label])}
+    if label == "plain" or label in _DR or label == "brax_dr_metarl":
+        if label == "brax_dr_metarl":
+            binding = make_contextual(
+                name,
+                _space(
+                    brax_envs.get_environment(name, **kwargs).sys,
+                    kwargs.get("backend", "generalized"),
+                ),
+                **kwargs,
+            ).binding
+            extra = {"randomization_fn": _metarl_randomizer(binding, n)}
+        else:
+            extra = (
+                {} if label == "plain" else {"randomization_fn": _brax_randomizer(n, **_DR[label])}
+            )
         env = brax_training.wrap(
             brax_envs.get_environment(name, **kwargs), episode_length=1000, **extra
         )

@@ -95,7 +95,10 @@ refill)
   # against the stock of 16 refilled before every block (as the H200 timed it at 0.969x
   # of plain Brax on ant (mjx), 8192 envs, that day; its entries packed per dtype since
   # 2026-12-05, one gather a step and one scatter per refill trip per dtype, not one per
-  # array of the state). Then PPO's iteration
+  # array of the state). Beside them brax_dr_metarl (2026-12-05): Brax's DR with the
+  # Systems metarl's contexts write (the mass's inertia and the solver's inverse weights
+  # batched too), which splits auto's distance to brax_dr into what metarl's physics
+  # costs and what its resampling and exact resets cost. Then PPO's iteration
   # (hopper, 2048 envs, the settings) with the new default stock (32) against
   # a stock of 16, in paired rounds
   if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 32 --rounds 2)
@@ -104,7 +107,8 @@ refill)
     d=(--env hopper --num-envs 2048 --num-minibatches 16 --iterations 4 --rounds 5)
   fi
   run 280 env_8192_mjx_refill python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
-    --variants plain brax_dr contextual_stock:16 contextual --out "$out/env_8192_mjx_refill"
+    --variants plain brax_dr brax_dr_metarl contextual_stock:16 contextual \
+    --out "$out/env_8192_mjx_refill"
   run 280 ppo_refill python3 benchmarks/ppo_profile.py "${d[@]}" --cores mlp \
     --strategies stock@16 stock
   ;;

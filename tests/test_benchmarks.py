@@ -215,6 +215,43 @@ def test_the_dr_diagnostics_batch_what_they_say():
         assert np.array_equal(batched.body_mass, same.body_mass) != draws, label
 
 
+def test_brax_dr_metarl_batches_the_systems_the_contextual_env_steps_with():
+    """brax_dr_metarl: env k's System is the one metarl writes for a context drawn once
+    (`Binding.apply` with its derived constants); the arrays the draws change are batched
+    (brax_dr's five and the mass's inertia and inverse weights), every other one is the
+    binding's own, unbatched."""
+    bench = _load("env_throughput")
+    from brax import envs as brax_envs
+
+    from metarl.envs import make_contextual
+
+    sys_ = brax_envs.get_environment("ant", backend="mjx").sys
+    binding = make_contextual("ant", bench._space(sys_, "mjx"), backend="mjx").binding
+    n = 3
+    batched, axes = bench._metarl_randomizer(binding, n)(sys_)
+    flat = jax.tree_util.tree_flatten_with_path(axes, is_leaf=lambda x: x is None)[0]
+    varied = {jax.tree_util.keystr(path) for path, axis in flat if axis == 0}
+    assert {
+        ".opt.gravity",
+        ".body_mass",
+        ".geom_friction",
+        ".body_inertia",
+        ".body_invweight0",
+        ".dof_invweight0",
+    } <= varied, varied
+    assert ".dof_damping" not in varied
+    keys = jax.random.split(jax.random.PRNGKey(7), n)
+    for k in range(n):
+        context = binding.sample(keys[k])
+        want = jax.tree.leaves(binding.apply(context, binding.derive(context)))
+        got = jax.tree.leaves(batched)
+        assert len(got) == len(want) == len(flat)
+        for x, w, (path, axis) in zip(got, want, flat):
+            np.testing.assert_allclose(
+                x[k] if axis == 0 else x, w, rtol=1e-6, atol=1e-7, err_msg=str(path)
+            )
+
+
 def test_control_flow_counts_a_programs_loops_and_conditionals():
     """The loops and conditionals of a compiled program, as env_throughput records them
     per variant (each waits on the host on a GPU)."""
