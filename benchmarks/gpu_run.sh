@@ -126,12 +126,14 @@ stock)
   # The call of 2026-11-27 (H200): the four envs at 8192 envs, plain, Brax DR, auto and
   # the stock (reset_strategy="stock": 16 fresh states per env refilled before every 16
   # steps, as PPO's rollout steps it). It ran past its limits there: hopper and
-  # inverted_pendulum were measured in a second call, without Brax DR
+  # inverted_pendulum were measured in a second call, without Brax DR. Since
+  # 2026-12-05 brax_dr_metarl (Brax's DR with the Systems metarl writes) in the place of
+  # contextual_stock, which auto now is on a GPU (a stock of --stock-depth, 32)
   if [ "$smoke" = 1 ]; then b=(--num-envs 64 --steps 20 --rounds 2) envs=(inverted_pendulum)
   else b=(--num-envs 8192 --steps 200 --rounds 4) envs=(hopper ant inverted_pendulum); fi
   for e in "${envs[@]}"; do
     run 200 "env_8192_$e" python3 benchmarks/env_throughput.py "${b[@]}" --envs "$e" \
-      --variants plain brax_dr contextual contextual_stock --out "$out/env_8192_$e"
+      --variants plain brax_dr brax_dr_metarl contextual --out "$out/env_8192_$e"
   done
   ;;
 headline)
