@@ -156,19 +156,19 @@ headline)
     --variants plain contextual contextual_firstorder --out "$out/env_8192_mjx"
   ;;
 diagnose)
-  # Where ant on MJX loses its time on a GPU, against plain Brax and against Brax's
-  # static DR (which ran at 1.06x of plain there): every kernel of one rollout per
-  # variant, per env step by HLO operation and by MJX's stage (--profile), and the raw
-  # traces and compiled HLO (trace_*.tgz, hlo.tgz), to read on a CPU afterwards
-  # (~4 min). brax_dr_same (DR's fields batched, their values the env's) and
-  # brax_dr_every (every field of the System batched) tell whether DR gains by the
-  # values it draws or by a System that is not a constant of the program (on 2 CPU
-  # cores neither differs from plain Brax beyond the rounds' noise). Eight files
-  # come back: the log, the JSON, the HLO and five traces
+  # Where ant on MJX loses its time on a GPU, against plain Brax, Brax's static DR and
+  # Brax's DR with the Systems metarl writes (brax_dr_metarl: the contextual env without
+  # its resampling and exact resets; in the GPU's program it launches what Brax DR
+  # launches, 2026-12-05): every kernel of one rollout per variant, per env step by HLO
+  # operation and by MJX's stage (--profile), and the raw traces and compiled HLO
+  # (trace_*.tgz, hlo.tgz), to read on a CPU afterwards (~4 min). Until 2026-12-05 it
+  # ran brax_dr_same and brax_dr_every in its place, for a question since answered: DR's
+  # 1.06x of plain Brax came from a rollout that did not return its state. Seven files
+  # come back: the log, the JSON, the HLO and four traces
   if [ "$smoke" = 1 ]; then m=(--envs inverted_pendulum --num-envs 64 --steps 8 --rounds 2)
   else m=(--envs ant --num-envs 8192 --steps 32 --rounds 2); fi
   run 300 mjx_profile python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
-    --variants plain brax_dr brax_dr_same brax_dr_every contextual --profile --profile-rounds 2 \
+    --variants plain brax_dr brax_dr_metarl contextual --profile --profile-rounds 2 \
     --trace-dir /tmp/traces --dump-hlo /tmp/hlo --out "$out/mjx_profile"
   tar czf "$out/hlo.tgz" -C /tmp hlo
   for t in /tmp/traces/*; do  # one file each: the device tool brings back 16 MiB a file
