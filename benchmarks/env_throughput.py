@@ -415,23 +415,16 @@ def _build(label: str, name: str, n: int, cfg: Config):
     kwargs = {} if cfg.backend is None else {"backend": cfg.backend}
     raw_keys = lambda key: jax.random.split(jax.random.key_data(key), n)  # noqa: E731
     if label == "plain" or label in _DR or label == "brax_dr_metarl":
+        env = brax_envs.get_environment(name, **kwargs)
         if label == "brax_dr_metarl":
-            binding = make_contextual(
-                name,
-                _space(
-                    brax_envs.get_environment(name, **kwargs).sys,
-                    kwargs.get("backend", "generalized"),
-                ),
-                **kwargs,
-            ).binding
+            backend = kwargs.get("backend", "generalized")
+            binding = make_contextual(name, _space(env.sys, backend), **kwargs).binding
             extra = {"randomization_fn": _metarl_randomizer(binding, n)}
+        elif label in _DR:
+            extra = {"randomization_fn": _brax_randomizer(n, **_DR[label])}
         else:
-            extra = (
-                {} if label == "plain" else {"randomization_fn": _brax_randomizer(n, **_DR[label])}
-            )
-        env = brax_training.wrap(
-            brax_envs.get_environment(name, **kwargs), episode_length=1000, **extra
-        )
+            extra = {}
+        env = brax_training.wrap(env, episode_length=1000, **extra)
         return _rollout(lambda k: env.reset(raw_keys(k)), env.step, env.action_size, n, cfg.steps)
     strategy, depth = cfg.strategy, cfg.stock_depth
     if label in ("contextual_pool_dense", "contextual_pool_cond"):

@@ -146,7 +146,9 @@ def _unpack(packed: dict[str, jax.Array], like: Any) -> Any:
     leaves, treedef = jax.tree.flatten(like)
     kinds = [jnp.dtype(leaf.dtype).name for leaf in leaves]
     sizes = [math.prod(leaf.shape) for leaf in leaves]
-    wanted = {k: sum(n for kk, n in zip(kinds, sizes) if kk == k) for k in dict.fromkeys(kinds)}
+    wanted: dict[str, int] = {}
+    for k, n in zip(kinds, sizes):
+        wanted[k] = wanted.get(k, 0) + n
     held = {k: v.shape[0] for k, v in packed.items()}
     if wanted != held:
         raise ValueError(
