@@ -580,9 +580,11 @@ def bench(name: str, n: int, cfg: Config) -> dict:
 # (scope, stage): an operation's stage is that of the first scope in its instruction's
 # op_name (innermost first where they nest: a reset runs MJX's whole forward). MJX
 # names its stages with `jax.named_scope` (a component of the op_name as it is);
-# metarl's resets are `ContextualEnv._fresh`, jitted (in any vmap or jit wrapper).
+# metarl's resets are `ContextualEnv._fresh` (a step's) and `_fresh_at` (a stock's
+# refill), jitted (in any vmap or jit wrapper).
+RESETS = ("_fresh", "_fresh_at")
 STAGES = (
-    ("_fresh", "resets"),
+    *((scope, "resets") for scope in RESETS),
     ("solve", "solver"),
     ("fwd_position", "position"),
     ("fwd_velocity", "velocity"),
@@ -608,7 +610,7 @@ def _stages(hlo: str) -> dict[str, str]:
         parts = meta.group(1).split("/") if meta else []
         bare = {re.sub(r"^(?:[\w.]+\()+|\)+$", "", p) for p in parts}  # vmap(jit(f)) -> f
         out[instruction.group(1)] = next(
-            (s for scope, s in STAGES if scope in (bare if scope == "_fresh" else parts)), REST
+            (s for scope, s in STAGES if scope in (bare if scope in RESETS else parts)), REST
         )
     return out
 

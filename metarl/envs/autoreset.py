@@ -240,49 +240,76 @@ def pooled_where_done(
 
 
 def stock_refill(
-    fresh_fn: Callable[[Any], Any], pack: Callable[[Any], Any] = lambda fresh: fresh
-) -> Callable[[Any, Any, Any], Any]:
-    """Builds refill(operands, entries, stale) -> entries, for a stock of fresh states.
+    fresh_fn: Callable[[Any, Any], Any], pack: Callable[[Any], Any] = lambda fresh: fresh
+) -> Callable[[Any, Any, Any, Any, Any], Any]:
+    """Builds refill(args, origin, lo, hi, entries) -> entries, for a stock of fresh states.
 
     A stock holds one env's next ``depth`` fresh states, each as `pack` makes it of one
     env's fresh state (`ContextualEnv`'s: its leaves joined per dtype), in leaves with a
-    leading [depth] axis, in any order (`ContextualEnv`'s is a ring, the entry of reset
-    number r at r mod depth). The refill computes entry j afresh, ``pack(fresh_fn(operands[j]))``,
-    where ``stale[j]``, and keeps the others where they are: no entry is moved (until
+    leading [depth] axis, as a ring: the state ``a`` places ahead (0 <= a < depth) sits
+    at entry ``(origin + a) mod depth``, so that a refill moves none of them (until
     2026-11-27 the stock was shifted so that entry 0 came next, a copy of the whole
     stock at every refill: on 2 CPU cores, stocks of 16, the refill took 32.6 ms against
     16.2 ms on hopper at 2048 envs, 73.0 ms against 27.2 ms on ant (MJX) at 1024,
-    `benchmarks/stock_refill.py`). Under vmap only the stale entries
-    are computed, gathered over every env into chunks of num_envs (at least 2), in a
-    `while_loop` of as many trips as the chunks need: once per refill, where the
-    per-step strategies ask at every step. Chunks of num_envs, not the env's
-    `reset_chunk`: on 2 CPU cores, inverted_pendulum at 1024 envs ran at 0.888x of plain
-    Brax with chunks of 1/16 (44 trips a refill), 0.912x with 1/4 and 0.933x with
-    whole chunks (3 trips), against the pool's 0.92-0.94x. Same states as
+    `benchmarks/stock_refill.py`). The refill computes the states ``a`` in [lo, hi),
+    ``pack(fresh_fn(args, a))`` from the env's `args`, into their entries, and keeps
+    every other entry.
+
+    Under vmap only those states are computed, gathered over every env into chunks of
+    num_envs (at least 2), in a `while_loop` of as many trips as the chunks need: once
+    per refill, where the per-step strategies ask at every step. A trip finds the env
+    and the ``a`` of each of its rows from the envs' counts (hi - lo) alone, and gathers
+    one env's `args` per row: no work in proportion to num_envs x depth (until
+    2026-12-05 each refill broadcast every env's inputs over the depth and searched all
+    num_envs x depth entries for the stale ones; on 2 CPU cores, inverted_pendulum with
+    a stock of 32, `benchmarks/stock_refill.py`, two runs each: a refill took 10.6-11.7 ms
+    at 1024 envs and 127-133 ms at 16384, now 9.2-11.4 and 111-120 ms; hopper at 2048
+    envs and ant on MJX at 1024, stocks of 16, whose resets cost more, unchanged to
+    noise; benchmarks/results/README.md). Chunks of num_envs, not the
+    env's `reset_chunk`: on 2 CPU cores, inverted_pendulum at 1024 envs ran at 0.888x
+    of plain Brax with chunks of 1/16 (44 trips a refill), 0.912x with 1/4 and 0.933x
+    with whole chunks (3 trips), against the pool's 0.92-0.94x. Same states as
     `where_done`: every entry is its env's own fresh reset.
     """
     fresh_fn = _traced_once(fresh_fn)
 
     @jax.custom_batching.custom_vmap
-    def refill(operands, entries, stale):
-        return _where(stale, jax.vmap(pack)(jax.vmap(fresh_fn)(operands)), entries)
+    def refill(args, origin, lo, hi, entries):
+        depth = jax.tree.leaves(entries)[0].shape[0]
+        ahead = jnp.mod(jnp.arange(depth) - origin, depth)  # the state entry k holds
+        fresh = jax.vmap(fresh_fn, in_axes=(None, 0))(args, ahead)
+        return _where((ahead >= lo) & (ahead < hi), jax.vmap(pack)(fresh), entries)
 
     @refill.def_vmap
-    def _batched(axis_size, in_batched, operands, entries, stale):
-        operands, entries, stale = _broadcast(axis_size, (operands, entries, stale), in_batched)
-        depth = stale.shape[1]
+    def _batched(axis_size, in_batched, args, origin, lo, hi, entries):
+        args, origin, lo, hi, entries = _broadcast(
+            axis_size, (args, origin, lo, hi, entries), in_batched
+        )
+        depth = jax.tree.leaves(entries)[0].shape[1]
         pairs = axis_size * depth
-        flat = lambda tree: jax.tree.map(lambda x: x.reshape((pairs,) + x.shape[2:]), tree)  # noqa: E731
-        operands, kept, stale = flat(operands), flat(entries), stale.reshape(pairs)
+        kept = jax.tree.map(lambda x: x.reshape((pairs,) + x.shape[2:]), entries)
+        lo = jnp.clip(lo, 0, depth)
+        count = jnp.maximum(jnp.clip(hi, 0, depth) - lo, 0)  # [B] states to compute
+        ends = jnp.cumsum(count)  # the states are numbered env by env: env e's are
+        starts = ends - count  # [starts[e], ends[e])
         size = min(pairs, max(2, axis_size))
-        order = jnp.nonzero(stale, size=math.ceil(pairs / size) * size, fill_value=pairs)[0]
-        trips = (jnp.sum(stale.astype(jnp.int32)) + size - 1) // size
+        trips = (ends[-1] + size - 1) // size
+        envs = jnp.arange(axis_size)
 
         def body(carry):
             i, state = carry
-            idx = jax.lax.dynamic_slice(order, (i * size,), (size,))
-            rows = jnp.minimum(idx, pairs - 1)
-            fresh = jax.vmap(fresh_fn)(jax.tree.map(lambda x: x[rows], operands))
+            first = i * size  # this trip computes states [first, first + size)
+            numbers = first + jnp.arange(size)
+            # each row's env: the last env whose first state is at or before the row
+            # (an env that began before the trip holds its first row)
+            begins = (count > 0) & (starts >= first) & (starts < first + size)
+            mark = jnp.full(size, -1, jnp.int32).at[jnp.where(begins, starts - first, size)]
+            mark = mark.max(envs, mode="drop").at[0].max(jnp.sum(ends <= first))
+            env = jnp.minimum(jax.lax.cummax(mark), axis_size - 1)
+            ahead = jnp.clip(lo[env] + numbers - starts[env], 0, depth - 1)
+            slot = jnp.mod(origin[env] + ahead, depth)
+            idx = jnp.where(numbers < ends[-1], env * depth + slot, pairs)  # pairs: dropped
+            fresh = jax.vmap(fresh_fn)(jax.tree.map(lambda x: x[env], args), ahead)
             fresh = jax.vmap(pack)(fresh)
             state = jax.tree.map(lambda s, f: s.at[idx].set(f, mode="drop"), state, fresh)
             return i + 1, state

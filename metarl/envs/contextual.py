@@ -206,7 +206,7 @@ class ContextualEnv(Env):
         self._first = jax.jit(self._first_state)
         if reset_strategy in POOLED:
             self._select = pooled_where_done(self._fresh, reset_chunk)
-            self._refill = stock_refill(self._fresh, pack=_pack)
+            self._refill = stock_refill(self._fresh_at, pack=_pack)
         else:
             self._select = where_done(self._fresh, reset_chunk, reset_strategy)
 
@@ -495,12 +495,9 @@ class ContextualEnv(Env):
         depth = stock.depth()
         held = depth - (trial.resets - stock.base)  # entries for resets [resets, resets + held)
         level = depth if level is None else jnp.clip(level, held, depth)
-        # entry k is to hold reset number resets + ahead[k] (a ring: `ResetStock`); it
-        # holds it already where that reset was in the stock before (ahead < held)
-        ahead = jnp.mod(jnp.arange(depth) - trial.resets, depth)
-        operands = jax.vmap(lambda j: self._operand(trial, drawn, j))(ahead)
-        stale = (ahead >= held) & (ahead < level)
-        entries = self._refill(operands, stock.entries, stale)
+        # the stock is a ring (`ResetStock`): reset number resets + a sits at entry
+        # (resets + a) mod depth, and those with a in [held, level) are computed
+        entries = self._refill((trial, drawn), trial.resets, held, level, stock.entries)
         base = trial.resets + level - depth  # the stock holds resets [resets, base + depth)
         return state.replace(info={**state.info, POOL: stock.replace(entries=entries, base=base)})
 
@@ -551,6 +548,11 @@ class ContextualEnv(Env):
     def _fresh(self, operand):
         first, drawn = self._first(operand)
         return first.pipeline_state, first.obs, self._reset_info(first.info), drawn
+
+    def _fresh_at(self, args, ahead):
+        """`_fresh` of this env's reset `ahead` resets after its next one; `args` =
+        (its `TrialInfo`, its running (context, derived)): a stock's refill."""
+        return self._fresh(self._operand(*args, ahead))
 
     @functools.cached_property
     def _reset_info_keys(self) -> tuple[str, ...]:
