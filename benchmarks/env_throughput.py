@@ -220,7 +220,7 @@ def _metarl_randomizer(binding: C.Binding, num_envs: int):
     weights) costs."""
 
     def randomize(sys):
-        # the binding's System is the env's (another instance of it: its MjModel differs)
+        # the System Brax's wrapper randomizes is the one the binding was made from
         if [np.shape(x) for x in jax.tree.leaves(sys)] != [
             np.shape(x) for x in jax.tree.leaves(binding.sys)
         ]:
@@ -417,8 +417,7 @@ def _build(label: str, name: str, n: int, cfg: Config):
     if label == "plain" or label in _DR or label == "brax_dr_metarl":
         env = brax_envs.get_environment(name, **kwargs)
         if label == "brax_dr_metarl":
-            backend = kwargs.get("backend", "generalized")
-            binding = make_contextual(name, _space(env.sys, backend), **kwargs).binding
+            binding = make_contextual(env, _space(env.sys, env.backend)).binding
             extra = {"randomization_fn": _metarl_randomizer(binding, n)}
         elif label in _DR:
             extra = {"randomization_fn": _brax_randomizer(n, **_DR[label])}
