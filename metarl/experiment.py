@@ -252,11 +252,12 @@ def compile_experiment(exp: Experiment, num_seeds: int = 1) -> Compiled:
     programs at once on an accelerator (`ppo.precompile`), and builds the evaluator."""
     axes = _heatmap_axes(exp)
     space = ppo.make_train_space(exp.env, exp.ppo, num_seeds if num_seeds > 1 else None)
-    if exp.ppo.stock_depth is None and space.stock_depth not in (None, exp.ppo.unroll_length):
+    deepest = ppo.training.STOCK_ROLLOUTS * exp.ppo.unroll_length  # the default depth
+    if exp.ppo.stock_depth is None and space.stock_depth not in (None, deepest):
         print(
-            f"The stock of fresh states holds {space.stock_depth} per env, refilled every "
-            f"{space.stock_depth} steps: {exp.ppo.unroll_length} would take more than "
-            f"{ppo.training.STOCK_MEMORY_SHARE:.0%} of the device's memory (--ppo.stock-depth)",
+            f"The stock of fresh states holds {space.stock_depth} per env, not {deepest}: "
+            f"{deepest} would take more than {ppo.training.STOCK_MEMORY_SHARE:.0%} of the "
+            "device's memory (--ppo.stock-depth)",
             file=sys.stderr,
         )
     ppo.precompile(space, skip_cpu=True)
@@ -880,7 +881,7 @@ def check_segment_length(exp: Experiment, steps_per_segment: int) -> None:
     def least(steps: int) -> int:  # the smallest steps_per_segment giving each env `steps`
         return math.ceil(steps / config.unroll_length) * config.batch_size
 
-    params = exp.curriculum.params
+    params = getattr(exp.curriculum, "params", None)  # a curriculum of your own may have none
     metric = params.get("metric") if isinstance(params, Mapping) else None
     if metric == "episode_return" and per_env < env.episode_length:
         raise ValueError(

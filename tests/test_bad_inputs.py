@@ -3,6 +3,7 @@ problem, raised before anything compiles."""
 
 import functools
 import math
+import types
 
 import jax
 import mujoco
@@ -774,6 +775,12 @@ def test_an_adr_segment_too_short_for_whole_trials_is_refused_before_anything_ru
     with pytest.raises(ValueError, match="steps_per_segment >= 320"):
         experiment.check_segment_length(adr, 288)  # 9 iterations: 36 steps per env
     experiment.check_segment_length(exp(curricula.LinearWidening(0.5, 2)), 64)  # shared ranges
+    # a curriculum of your own functions (no `params`) is checked alike
+    own = adr.curriculum
+    own = exp(types.SimpleNamespace(init=own.init, update=own.update, ranges=own.ranges))
+    with pytest.raises(ValueError, match="steps_per_segment >= 320"):
+        experiment.check_segment_length(own, 288)
+    experiment.check_segment_length(own, 320)
     # run_variants refuses before its first variant trains
     variants = {"fixed": exp(curricula.LinearWidening(1.0, 1)), "adr": adr}
     with pytest.raises(ValueError, match="per-env curriculum"):

@@ -1,5 +1,6 @@
 """Distributions and ContextSpace: sampling properties and every bad-input case."""
 
+import dataclasses
 import functools
 import re
 
@@ -487,6 +488,62 @@ def test_a_body_that_only_slides_gets_the_inverse_weights_mujoco_computes(backen
         np.testing.assert_allclose(getattr(got, f), getattr(model, f), rtol=1e-5, err_msg=f)
     with pytest.raises(ValueError, match="slide joints alone move it"):
         _bind({"inertia[ball]": C.Scale(0.5, 2.0)}, backend, sys)
+
+
+@pytest.mark.parametrize(
+    "path, value",
+    [("body_pos[3]", [0.0, 0.05, -0.5]), ("jnt_axis[1]", [1.0, 0.0, 0.0])],
+    ids=["body_pos", "jnt_axis"],
+)
+def test_a_raw_path_into_the_pose_sets_the_inverse_weights_mujoco_computes(path, value):
+    """MJX reads the model's pose (where a body hangs, a joint's axis): a raw path that
+    moves it gets the inverse weights mj_setConst computes for the moved model. They
+    stayed the loaded ones: body_invweight0 11% off with the shin lowered, the tendons'
+    100% off with the hip turned about x."""
+    sys = mjcf.loads(CHAIN_XML)
+    binding = _bind({path: C.Fixed(np.asarray(value, np.float32), per_element=True)}, "mjx", sys)
+    assert binding.derives == ("weights",)
+    got = jax.jit(binding.apply)({path: jnp.asarray(value, jnp.float32)})
+    model = mujoco.MjModel.from_xml_string(CHAIN_XML)
+    field, row = path[:-3], int(path[-2])
+    getattr(model, field)[row] = value
+    mujoco.mj_setConst(model, mujoco.MjData(model))
+    for f in ("body_invweight0", "dof_invweight0", "tendon_invweight0"):
+        np.testing.assert_allclose(
+            getattr(got, f), getattr(model, f), rtol=2e-5, atol=1e-6, err_msg=f
+        )
+
+
+def test_every_field_mj_setconst_reads_is_an_input_of_its_constants():
+    """Perturbs each float field of MJX's Model in MuJoCo's own model and reruns
+    mj_setConst: a field that moves a constant of a `SETCONST` group is one of that
+    group's inputs, so a raw path into it derives the constants again (a chain with
+    tendons, and a muscle for acc0). Fails for a field MuJoCo starts to read."""
+    from mujoco import mjx
+
+    from metarl.contexts.quantities import SETCONST
+
+    outputs = {
+        "weights": ("body_invweight0", "dof_invweight0", "tendon_invweight0"),
+        "acc0": ("actuator_acc0",),
+    }
+    mjx_fields = {f.name for f in dataclasses.fields(mjx.Model)}
+    rng = np.random.default_rng(0)
+    for xml in (CHAIN_XML, MUSCLE_XML.format(mass=1.0, gear=1.0)):
+        base = mujoco.MjModel.from_xml_string(xml)
+        mujoco.mj_setConst(base, mujoco.MjData(base))
+        for field in sorted(mjx_fields):
+            value = getattr(base, field, None)
+            if not isinstance(value, np.ndarray) or value.dtype != np.float64 or not value.size:
+                continue
+            model = mujoco.MjModel.from_xml_string(xml)
+            moved = getattr(model, field)
+            noise = rng.standard_normal((2,) + moved.shape)
+            moved[:] = moved * (1 + 0.2 * noise[0]) + 0.05 * noise[1]
+            mujoco.mj_setConst(model, mujoco.MjData(model))
+            for group, names in outputs.items():
+                if any(not np.array_equal(getattr(model, n), getattr(base, n)) for n in names):
+                    assert field in SETCONST[group][0], (group, field)
 
 
 @pytest.mark.parametrize("backend", ["generalized", "mjx"])

@@ -221,10 +221,19 @@ def _scale_inertia(sys, ratio, translational):
 # acceleration a unit actuator force gives at qpos0. Each group: the System fields it
 # depends on, the backends that read it, and the quantities (or raw fields) that write
 # those fields.
-INERTIAL_FIELDS = ("body_mass", "body_inertia", "body_ipos", "dof_armature")
+INERTIAL_FIELDS = ("body_mass", "body_inertia", "body_ipos", "dof_armature", "tendon_armature")
+# The model's pose at qpos0 (bodies, joints, the tendons' paths): MJX's kinematics there
+# read them, and so do the Jacobians and the inertia the constants come from. Only raw
+# paths write them (on MJX: Brax's backends read Brax's own copies, `link.*`). Until
+# 2026-12-05 a raw path into one left the inverse weights at the loaded model's (a
+# chain with body_pos moved: body_invweight0 11% off MuJoCo's, tendon_invweight0 100%
+# off with jnt_axis turned). tests/test_contexts.py perturbs every field MuJoCo's
+# mj_setConst could read and checks that those it does are listed here.
+POSE_FIELDS = ("body_pos", "body_quat", "body_iquat", "jnt_pos", "jnt_axis", "qpos0", "site_pos")
+POSE_FIELDS += ("wrap_prm",)  # a spatial tendon's side sites and wrapping radii
 SETCONST = {
-    "weights": (INERTIAL_FIELDS, ("generalized", "mjx")),
-    "acc0": (INERTIAL_FIELDS + ("actuator_gear",), ("mjx",)),
+    "weights": (INERTIAL_FIELDS + POSE_FIELDS, ("generalized", "mjx")),
+    "acc0": (INERTIAL_FIELDS + POSE_FIELDS + ("actuator_gear",), ("mjx",)),
 }
 # The setconst input each canonical quantity writes
 SETCONST_INPUT = {
