@@ -46,8 +46,8 @@ class Config(rl2.Config):
 
 
 def keys(seed: int) -> tuple[jax.Array, jax.Array]:
-    """(the fit's reset key, the scored trials') of a seed."""
-    return tuple(jax.random.split(jax.random.key(seed)))
+    """(the fit's reset key, the scored trials') of a seed: none a key its run used."""
+    return tuple(jax.random.split(experiment.analysis_key(seed)))
 
 
 def fit(exp, fitter, policy, seed: int, ridge: float) -> P.LinearProbe:

@@ -90,12 +90,21 @@ SPLITS = ("train", "interpolation", "extrapolation", "extrapolation_low", "extra
 # of the seed's key itself would be training's keys (split_keys(k, 3): 1 is the env's,
 # 2 the curriculum's): they hang off one tag that no split of that key reaches.
 _STREAMS = 0x6D657461
-_SETS, _EVAL, _NOW, _PROBE = 1, 2, 3, 4
+_SETS, _EVAL, _NOW, _PROBE, _ANALYSIS = 1, 2, 3, 4, 5
 
 
 def _stream(seed: int, stream: int) -> jax.Array:
     """The key of one of the runner's streams of `seed` (see `_STREAMS`)."""
     return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), _STREAMS), stream)
+
+
+def analysis_key(seed: int) -> jax.Array:
+    """A key for analyses of seed `seed`'s trained policies after its run
+    (experiments/probe_memory.py, steer_memory.py): on a stream of its own, apart from
+    every key the run's training, evaluation and memory probe drew from. (Until
+    2026-12-05 those scripts split ``key(seed)`` itself: training's own keys, so a
+    scored trial reset with the key a training env had reset with.)"""
+    return _stream(seed, _ANALYSIS)
 
 
 class CurriculumLike(Protocol):
@@ -1375,6 +1384,7 @@ __all__ = [
     "Experiment",
     "Run",
     "RunArgs",
+    "analysis_key",
     "check_identity",
     "compile_experiment",
     "held_out_sets",

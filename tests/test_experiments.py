@@ -198,6 +198,13 @@ def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
         gru, **run_cfg.run_kwargs() | {"logdir": tmp_path / "gru"}, hparams=run_cfg,
         progress=False, table=False,
     )  # fmt: skip
+    # its keys are none its run drew from: the run's split of key(seed), its streams
+    run_keys = [*jax.random.split(jax.random.key(0), 3), jax.random.key(0)]
+    run_keys += [experiment._stream(0, s) for s in range(1, experiment._ANALYSIS)]
+    run_keys += [jax.random.fold_in(experiment._stream(0, experiment._PROBE), i) for i in (0, 1)]
+    data = {jax.random.key_data(k).tobytes() for k in run_keys}
+    assert len(data) == len(run_keys)
+    assert not data & {jax.random.key_data(k).tobytes() for k in probe_memory.keys(0)}
     out = probe_memory.main(cfg)
     written = json.loads((tmp_path / "probe_memory.json").read_text())
     assert written == json.loads(json.dumps(out))
