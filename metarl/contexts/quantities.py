@@ -227,8 +227,8 @@ INERTIAL_FIELDS = ("body_mass", "body_inertia", "body_ipos", "dof_armature", "te
 # paths write them (on MJX: Brax's backends read Brax's own copies, `link.*`). Until
 # 2026-12-05 a raw path into one left the inverse weights at the loaded model's (a
 # chain with body_pos moved: body_invweight0 11% off MuJoCo's, tendon_invweight0 100%
-# off with jnt_axis turned). tests/test_contexts.py perturbs every field MuJoCo's
-# mj_setConst could read and checks that those it does are listed here.
+# off with jnt_axis turned). tests/test_contexts.py perturbs every float field of
+# MJX's Model in MuJoCo's own model and checks that each one mj_setConst reads is here.
 POSE_FIELDS = ("body_pos", "body_quat", "body_iquat", "jnt_pos", "jnt_axis", "qpos0", "site_pos")
 POSE_FIELDS += ("wrap_prm",)  # a spatial tendon's side sites and wrapping radii
 SETCONST = {
