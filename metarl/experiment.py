@@ -261,7 +261,7 @@ def compile_experiment(exp: Experiment, num_seeds: int = 1) -> Compiled:
     programs at once on an accelerator (`ppo.precompile`), and builds the evaluator."""
     axes = _heatmap_axes(exp)
     space = ppo.make_train_space(exp.env, exp.ppo, num_seeds if num_seeds > 1 else None)
-    deepest = ppo.training.STOCK_ROLLOUTS * exp.ppo.unroll_length  # the default depth
+    deepest = ppo.training.default_stock_depth(exp.ppo.unroll_length)
     if exp.ppo.stock_depth is None and space.stock_depth not in (None, deepest):
         print(
             f"The stock of fresh states holds {space.stock_depth} per env, not {deepest}: "

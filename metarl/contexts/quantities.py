@@ -229,8 +229,10 @@ INERTIAL_FIELDS = ("body_mass", "body_inertia", "body_ipos", "dof_armature", "te
 # chain with body_pos moved: body_invweight0 11% off MuJoCo's, tendon_invweight0 100%
 # off with jnt_axis turned). tests/test_contexts.py perturbs every float field of
 # MJX's Model in MuJoCo's own model and checks that each one mj_setConst reads is here.
-POSE_FIELDS = ("body_pos", "body_quat", "body_iquat", "jnt_pos", "jnt_axis", "qpos0", "site_pos")
-POSE_FIELDS += ("wrap_prm",)  # a spatial tendon's side sites and wrapping radii
+POSE_FIELDS = (
+    *("body_pos", "body_quat", "body_iquat", "jnt_pos", "jnt_axis", "qpos0", "site_pos"),
+    "wrap_prm",  # a spatial tendon's side sites and wrapping radii
+)
 SETCONST = {
     "weights": (INERTIAL_FIELDS + POSE_FIELDS, ("generalized", "mjx")),
     "acc0": (INERTIAL_FIELDS + POSE_FIELDS + ("actuator_gear",), ("mjx",)),

@@ -112,6 +112,11 @@ STOCK_MEMORY_SHARE = 0.25
 STOCK_ROLLOUTS = 2
 
 
+def default_stock_depth(unroll_length: int) -> int:
+    """The stock's depth where the device's memory holds it: `STOCK_ROLLOUTS` rollouts."""
+    return STOCK_ROLLOUTS * unroll_length
+
+
 def _choose_stock_depth(
     unroll_length: int, requested: int | None, bytes_per_depth: int, limit: int | None
 ) -> int:
@@ -129,7 +134,7 @@ def _choose_stock_depth(
                 "smaller depth, or None to fit it automatically"
             )
         return requested
-    deepest = STOCK_ROLLOUTS * unroll_length
+    deepest = default_stock_depth(unroll_length)
     if limit is None:
         return deepest
     depths = [deepest, *divisors(unroll_length)]
