@@ -27,7 +27,10 @@ Deep RL") that apply to continuous context spaces:
   interval (a context across zero, a reversed motor, is another task, not
   farther along this one). A dimension that does not
   vary in training (`Fixed`, or an interval of zero width) keeps its value in
-  every split. A periodic task parameter (an angle: the env declares
+  every split. A task parameter the env reads as an integer or a flag is held
+  out only on the values its `Choice` declares with probability 0 (between the
+  trained ones, or below / above them), else drawn as in training: any other
+  value would be read rounded, a trained value under a held-out name. A periodic task parameter (an angle: the env declares
   ``task_periods = {name: period}``) is taken outside its interval modulo
   the period, across zero too, at most halfway round to the other side; one whose interval
   spans the whole period has no outside, and is drawn from its interval.
@@ -127,9 +130,12 @@ def _shape(space: ContextSpace, name: str, env: ContextualEnv | None) -> tuple[i
     if env is not None and name in (shapes := _draw_shapes(env)):
         return shapes[name]
     dist = space[name]
-    if isinstance(dist, Choice):
-        return ()
-    shape = np.broadcast_shapes(*map(np.shape, jax.tree.leaves(dist)))
+    # a Choice's parameters are lists over its values, not over elements
+    shape = (
+        ()
+        if isinstance(dist, Choice)
+        else np.broadcast_shapes(*map(np.shape, jax.tree.leaves(dist)))
+    )
     if env is None and dist.per_element and not shape:
         # one number per context would pin every element alike, where training draws
         # each element on its own: the split would not be the training distribution
@@ -170,7 +176,9 @@ def interpolation(
     values = {}
     for name, dist in space.items():
         shape = (num,) + _shape(space, name, env)
-        if isinstance(dist, Choice):
+        if env is not None and env.binding.discrete_kind(name) is not None:
+            values[name] = _whole_values(dist, "between", shape, rng)
+        elif isinstance(dist, Choice):
             support = _trained_values(dist)
             if len(support) == 1:  # not varied in training: kept at its value
                 values[name] = np.full(num, support[0], np.float32)
@@ -204,12 +212,65 @@ def choice_midpoints(dist: Choice) -> list[float]:
     return [(a + b) / 2 for a, b in pairs if not (dist.relative and a < 0 < b)]
 
 
+def whole_axis(dist) -> np.ndarray:
+    """The values an integer or flag task parameter can be evaluated at: those its
+    `Choice` declares (trained or of probability 0), or its `Fixed` value."""
+    return np.unique(np.asarray(dist.values if isinstance(dist, Choice) else dist.value))
+
+
+def _whole_values(dist, where: str, shape: tuple[int, ...], rng) -> np.ndarray:
+    """`shape` held-out values of an integer or flag task parameter (`dist`: an absolute
+    `Choice` or `Fixed` of whole values, as binding checks). Only the values its Choice
+    declares with probability 0 are held out: those between its trained values
+    (`where` "between"), below or above them ("low", "high"; "both": either side). A
+    value the env does not declare (an index between two, a flag of 0.5) would be
+    rounded back to a trained one as it is read, a training context under a held-out
+    name; so where the Choice declares none, the split draws it as training does."""
+    declared = whole_axis(dist)
+    trained = _trained_values(dist) if isinstance(dist, Choice) else declared
+    untried = np.setdiff1d(declared, trained)
+    lo, hi = trained[0], trained[-1]
+    held_out = untried[
+        {
+            "between": (untried > lo) & (untried < hi),
+            "low": untried < lo,
+            "high": untried > hi,
+            "both": (untried < lo) | (untried > hi),
+        }[where]
+    ]
+    if len(held_out):
+        return rng.choice(held_out, shape).astype(np.float32)
+    if not isinstance(dist, Choice):
+        return np.full(shape, trained[0], np.float32)
+    values, probs = np.asarray(dist.values), np.asarray(dist.probs, np.float64)
+    return rng.choice(values, shape, p=probs / probs.sum()).astype(np.float32)
+
+
 def _scale(dist) -> tuple[Any, Any]:
     """(to, back): the coordinates held-out values are placed in: log for `LogUniform`
     (its training draws are uniform there), the values themselves otherwise."""
     if isinstance(dist, LogUniform):
         return np.log, np.exp
     return (lambda x: x), (lambda x: x)
+
+
+def _check_whole(env: ContextualEnv, split: str, name: str, values: Any) -> None:
+    """Refuses values of an integer or flag task parameter that are not whole (a flag's:
+    0 or 1): the env would round them to other values than the set names."""
+    kind = env.binding.discrete_kind(name)
+    if kind is None:
+        return
+    values = np.asarray(values)
+    valid = values == np.round(values)
+    if kind == np.bool_:
+        valid &= (values == 0) | (values == 1)
+    if not np.all(valid):
+        what = "a flag (bool): 0 or 1" if kind == np.bool_ else f"an integer ({kind}): whole values"
+        raise ValueError(
+            f"context set {split!r}: the env declares {name!r} as {what}, got "
+            f"{np.unique(values[~valid])[:5].tolist()}: it would read them rounded, as other "
+            "values than the set names"
+        )
 
 
 def periods(env: ContextualEnv) -> Mapping[str, float]:
@@ -278,6 +339,9 @@ def extrapolation(
     values = {}
     for name, (lo, hi) in _element_bounds(space).items():
         dist = space[name]
+        if env.binding.discrete_kind(name) is not None:
+            values[name] = _whole_values(dist, side, (num,) + _shape(space, name, env), rng)
+            continue
         to, back = _scale(dist)
         lo, hi = to(lo), to(hi)
         fixed = lo == hi  # not varied in training: kept at its value
@@ -443,6 +507,8 @@ class Evaluator:
                 f"context set {contexts.split!r} must give a value to every name of the "
                 f"env's space {names} and no other: missing {missing}, unknown {unknown}"
             )
+        for name in names:
+            _check_whole(self.env, contexts.split, name, contexts.values[name])
         c = len(contexts)
         if not 1 <= c <= self.max_contexts:
             raise ValueError(f"a context set must hold 1..{self.max_contexts} contexts, got {c}")

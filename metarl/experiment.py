@@ -287,6 +287,9 @@ def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
         )
     axes = {}
     for name in names:
+        if exp.env.binding.discrete_kind(name) is not None:  # read as declared: no value between
+            axes[name] = E.whole_axis(exp.target[name]).astype(np.float32)
+            continue
         lo, hi = exp.target.intervals()[name]
         # the coordinates the extrapolation splits use: log space for a LogUniform
         to, back = E._scale(exp.target[name])

@@ -531,6 +531,14 @@ ROWS = [
         ValueError,
         "pass env=",
     ),
+    (  # a per-element Choice was not refused: it pinned every body alike
+        "interpolation per-element Choice without env",
+        lambda: E.interpolation(
+            C.ContextSpace({"mass": C.Choice([0.5, 1.0, 2.0], relative=True, per_element=True)}), 3
+        ),
+        ValueError,
+        "pass env=",
+    ),
     (  # ran, and averaged the returns of the broken physics into the split's
         "evaluate a context beyond a physical limit",
         lambda: E.Evaluator(env(), 1, 2).evaluate(

@@ -5,7 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import curricula
 from metarl import contexts as C
+from metarl import evaluation as E
+from metarl import experiment
+from metarl.agents import ppo
 from metarl.envs import CONTEXT, make_contextual
 from metarl.envs.goals import goal_xy
 
@@ -108,6 +112,36 @@ def _indexed_env(space):
         task_params={"idx": 2, "goal": 0.3, "flag": False},
     )
     return make_contextual(env, C.ContextSpace(space))
+
+
+def test_held_out_splits_hold_an_index_out_only_on_values_the_env_declares():
+    """The splits took an index trained on 0-2 to 1.5, 2.4 or -0.3, and a flag to 0.5:
+    read rounded, every "held-out" context ran a trained one. An index is now held out
+    only on the values its Choice declares with probability 0 (between its trained
+    values or beyond them), and drawn as in training where it declares none; the
+    evaluator refuses a value the env would read rounded."""
+    idx = C.Choice([0, 1, 2, 3, 4], [0.5, 0.0, 0.5, 0.0, 0.0])
+    space = {"idx": idx, "flag": C.Choice([0, 1]), "goal": C.Uniform(0.2, 0.4)}
+    env, space = _indexed_env(space), C.ContextSpace(space)
+    sets = {
+        "interpolation": E.interpolation(space, 50, env=env),
+        "low": E.extrapolation(env, space, 50, side="low"),
+        "high": E.extrapolation(env, space, 50, side="high"),
+        "both": E.extrapolation(env, space, 50),
+    }
+    held_out = {"interpolation": {1}, "low": {0, 2}, "high": {3, 4}, "both": {3, 4}}
+    for split, contexts in sets.items():
+        assert set(contexts.values["idx"].tolist()) == held_out[split], split
+        assert set(contexts.values["flag"].tolist()) == {0, 1}, split  # nothing declared
+    assert np.all(sets["low"].values["goal"] < 0.2) and np.all(sets["high"].values["goal"] > 0.4)
+    exp = experiment.Experiment(env, space, curricula.LinearWidening(1.0, 1), ppo.PPOConfig())
+    axis = experiment._heatmap_axes(exp)["idx"]  # noqa: SLF001 - the heatmap's cells
+    np.testing.assert_array_equal(axis, [0, 1, 2, 3, 4])
+    evaluator = E.Evaluator(env, episodes=1, max_contexts=2)
+    for name, value, what in (("idx", 1.5, "an integer"), ("flag", 2.0, "a flag")):
+        values = {"idx": [0.0, 2.0], "flag": [0.0, 1.0], "goal": [0.3, 0.3], name: [value] * 2}
+        with pytest.raises(ValueError, match=f"declares {name!r} as {what}"):
+            evaluator.ranges(E.ContextSet("x", {k: np.float32(v) for k, v in values.items()}))
 
 
 def test_a_task_parameter_no_context_draws_keeps_its_dtype():

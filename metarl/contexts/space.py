@@ -595,6 +595,15 @@ class Binding:
                 return _limit(e.target)[0]
         raise ValueError(f"lower_limit: unknown context {name!r}; valid: {list(self.space)}")
 
+    def discrete_kind(self, name: str) -> np.dtype | None:
+        """The declared kind of context `name` where it is a task parameter the env
+        declares as an integer or a flag (it reads whole values), else None."""
+        for e in self.entries:
+            if e.name == name and isinstance(e.target, TaskParam):
+                kind = np.asarray(self.task[e.target.name]).dtype
+                return None if np.issubdtype(kind, np.floating) else kind
+        return None
+
     @property
     def context_size(self) -> int:
         return int(sum(np.prod(e.draw_shape, dtype=int) for e in self.entries))
