@@ -48,6 +48,7 @@ JAX_SETTINGS = (
     "jax_default_matmul_precision",
     "jax_threefry_partitionable",
     "jax_default_prng_impl",
+    "jax_random_seed_offset",  # added to every seed: jax.random.key(0) is another key
 )
 
 

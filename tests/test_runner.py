@@ -317,6 +317,22 @@ def test_a_rerun_on_another_platform_refuses_unless_forced(exp, compiled, tmp_pa
     assert [p["devices"] for p in record["platform_before"]] == [2]  # what segment 1 ran on
 
 
+def test_the_platform_records_the_seed_offset_that_moves_every_key():
+    """JAX_RANDOM_SEED_OFFSET adds to every seed: a resume under another offset drew
+    other held-out sets and evaluation keys (quickstart's third segment evaluated 16.5
+    against 22.5), accepted without a word. The platform records it, so it is refused
+    unless forced like the other numerical settings."""
+    before = jax.config.jax_random_seed_offset
+    key = jax.random.key_data(jax.random.key(0))
+    try:
+        jax.config.update("jax_random_seed_offset", before + 5)
+        assert not np.array_equal(jax.random.key_data(jax.random.key(0)), key)
+        assert provenance.platform()["jax_random_seed_offset"] == str(before + 5)
+    finally:
+        jax.config.update("jax_random_seed_offset", before)
+    assert provenance.platform()["jax_random_seed_offset"] == str(before)
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux CPU affinity")
 def test_the_platform_names_the_host_cpu_whose_cores_and_isa_change_cpu_numbers():
     """XLA compiles a CPU program for the host's instruction set and splits its work
