@@ -73,7 +73,9 @@ def _iqm(scores: np.ndarray) -> str:
 def main(cfg: Config) -> dict:
     gru = rl2.variants(dataclasses.replace(cfg, agents=("gru",)))["gru"]
     logdir = pathlib.Path(cfg.logdir)
-    loaded = experiment.load_run(gru, logdir=logdir / "gru", seed=cfg.seed, num_seeds=cfg.num_seeds)
+    loaded = experiment.load_run(
+        gru, logdir=logdir / "gru", seed=cfg.seed, num_seeds=cfg.num_seeds, eval_as_run=True
+    )
     env, k = gru.env, gru.env.episodes_per_trial
     evaluator = loaded.compiled.evaluator
     fitter = E.Evaluator(env, episodes=k * cfg.fit_trials, max_contexts=cfg.fit_contexts)

@@ -132,7 +132,9 @@ def main(cfg: Config) -> dict:
     exps = rl2.variants(dataclasses.replace(cfg, agents=("gru", "oracle")))
     logdir = pathlib.Path(cfg.logdir)
     loaded = {
-        name: experiment.load_run(exp, logdir=logdir / name, seed=cfg.seed, num_seeds=cfg.num_seeds)
+        name: experiment.load_run(
+            exp, logdir=logdir / name, seed=cfg.seed, num_seeds=cfg.num_seeds, eval_as_run=True
+        )
         for name, exp in exps.items()
     }
     if loaded["gru"].segments != loaded["oracle"].segments:

@@ -30,7 +30,8 @@ Deep RL") that apply to continuous context spaces:
   every split. A task parameter the env reads as an integer or a flag is held
   out only on the values its `Choice` declares with probability 0 (between the
   trained ones, or below / above them), else drawn as in training: any other
-  value would be read rounded, a trained value under a held-out name. A periodic task parameter (an angle: the env declares
+  value would be read rounded, a trained value under a held-out name. A
+  periodic task parameter (an angle: the env declares
   ``task_periods = {name: period}``) is taken outside its interval modulo
   the period, across zero too, at most halfway round to the other side; one whose interval
   spans the whole period has no outside, and is drawn from its interval.

@@ -997,17 +997,22 @@ def load_run(
     num_seeds: int = 1,
     segment: int | None = None,
     compiled: Compiled | None = None,
+    eval_as_run: bool = False,
 ) -> TrainedRun:
     """The policies of the run of `exp` in `logdir` after its latest checkpointed
     segment (or `segment`, while its checkpoint is kept), to analyse them, with the
     policies its seeds started from. The experiment, `seed` and `num_seeds` must be
     the run's (its run.json is checked; a checkpoint of another structure is refused
     by `checkpoint.restore`). A `segment` whose checkpoint is not kept raises
-    FileNotFoundError naming the kept ones. Writes nothing (but moves a damaged
-    newest checkpoint aside, as a resume does), so the run may go on afterwards."""
+    FileNotFoundError naming the kept ones. `eval_as_run`: also refuse an `exp.eval`
+    other than the run's, so that `held_out_sets` gives the contexts the run's
+    evaluation scored (an analysis of them; other settings draw other contexts).
+    Writes nothing (but moves a damaged newest checkpoint aside, as a resume does),
+    so the run may go on afterwards."""
     logdir = pathlib.Path(logdir)
     _check_seed(exp, seed, num_seeds)
-    check_recorded(logdir, describe_run(exp, None, num_seeds, seed, 1, 1), "load_run")
+    config = describe_run(exp, None, num_seeds, seed, 1, 1)
+    check_recorded(logdir, config, "load_run", also=("eval.",) if eval_as_run else ())
     r = Run(exp, logdir, seed, num_seeds, compiled)
     r._init_states()  # noqa: SLF001 - the structure to restore into, and the initial agents
     initial = r.policies()

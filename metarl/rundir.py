@@ -343,18 +343,33 @@ def _lines(diff: Mapping[str, tuple[Any, Any]]) -> str:
     return "\n".join(f"  {k}: run has {a!r}, now {b!r}" for k, (a, b) in diff.items())
 
 
-def check_recorded(logdir: pathlib.Path, config: dict[str, Any], who: str) -> None:
+def check_recorded(
+    logdir: pathlib.Path, config: dict[str, Any], who: str, also: tuple[str, ...] = ()
+) -> None:
     """Refuses (ValueError naming the fields) to read `logdir`'s checkpoints as those of
     a run of `config` (`describe_run`'s) where its run.json records another value for
     a field that decides what they hold: the seeds, PPO, the env, target, curriculum
-    (`NEVER_FORCED`; fields an older metarl did not record are not compared)."""
+    (`NEVER_FORCED`; fields an older metarl did not record are not compared), and the
+    fields that start with a prefix in `also` ("eval.": the run's held-out sets)."""
     path = logdir / RUN_FILE
     if not path.exists():
         raise ValueError(f"{who}: {logdir} holds no {RUN_FILE}: no run of metarl.experiment")
     changed, _ = _config_differences(json.loads(path.read_text()), config)
-    diff = {k: v for k, v in changed.items() if k.startswith(NEVER_FORCED) and k not in EXTENDABLE}
+    compared = (*NEVER_FORCED, *also)
+    diff = {k: v for k, v in changed.items() if k.startswith(compared) and k not in EXTENDABLE}
     if diff:
-        raise ValueError(f"{who}: {logdir} holds a run of another experiment:\n{_lines(diff)}")
+        raise ValueError(
+            f"{who}: {logdir} holds a run of another experiment:\n{_lines(diff)}"
+            + (f"; {_strategy_hint(diff[STRATEGY][0])}" if STRATEGY in diff else "")
+        )
+
+
+def _strategy_hint(ran: str) -> str:
+    return (
+        f"build the env with make_contextual(..., reset_strategy={ran!r}) to resume or read "
+        'this run with the strategy it ran with ("auto" picks one for the kind of device '
+        "JAX runs on)"
+    )
 
 
 def check_identity(
@@ -451,11 +466,7 @@ def check_identity(
                 else "start a new run with another --logdir, or accept with --resume force"
             )
             if STRATEGY in never:  # "auto" resolves by device kind (and metarl version)
-                hint += (
-                    f"; or build the env with make_contextual(..., reset_strategy="
-                    f"{never[STRATEGY][0]!r}) to resume this run with the strategy it ran "
-                    'with ("auto" picks one for the kind of device JAX runs on)'
-                )
+                hint += f"; or {_strategy_hint(never[STRATEGY][0])}"
             sections = {k.split(".")[0] for k in blocking}
             kinds = {s if s in ENVIRONMENT else "config" for s in sections}
             what = " and ".join(sorted(kinds))  # e.g. "config", "platform and software"

@@ -1244,3 +1244,8 @@ def test_load_run_reads_back_the_policies_a_run_trained_and_started_from(exp, co
         experiment.load_run(replace(exp, ppo=replace(CONFIG, seed=1)), logdir=tmp_path, seed=1)
     with pytest.raises(ValueError, match="holds no run.json"):
         experiment.load_run(exp, logdir=tmp_path / "nothing", seed=0, compiled=compiled)
+    # other evaluation settings draw other held-out sets: refused where the analysis
+    # needs the run's own (probe_memory, steer_memory)
+    wider = replace(exp, eval=replace(exp.eval, extrapolation_factor=3.0))
+    with pytest.raises(ValueError, match=r"(?s)another experiment.*eval\.extrapolation_factor"):
+        experiment.load_run(wider, logdir=tmp_path, seed=0, eval_as_run=True)
