@@ -489,6 +489,9 @@ def test_playground_refuses_a_mass_the_env_keeps_and_an_implementation_other_tha
         ("playground/CartpoleBalance", {"backend": "generalized"}, "run on MJX"),
         # read only by Playground's Brax training wrapper: the env would step once anyway
         ("playground/CartpoleBalance", {"action_repeat": 4}, "action_repeat=4, which only"),
+        # Playground rounds ctrl_dt / sim_dt: 0.025 s asked, 2 steps of 0.01 s simulated
+        ("playground/CartpoleBalance", {"ctrl_dt": 0.025}, r"= 2 physics steps .* 0\.02 s"),
+        ("playground/CartpoleBalance", {"ctrl_dt": 0.004}, "= 0 physics steps"),  # frozen
     ],
 )
 def test_playground_bad_names(env, kwargs, message):
