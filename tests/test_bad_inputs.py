@@ -254,6 +254,15 @@ ROWS = [
         ValueError,
         "(reset_strategy=\"stock\"); this env resets with 'loop': drop stock_depth",
     ),
+    *[
+        (  # a string failed at the first reset ("'<' not supported"); True read as 1.0
+            f"reset_chunk={chunk!r}",
+            lambda chunk=chunk: make_contextual(Puck(), G, reset_chunk=chunk),
+            ValueError,
+            f"reset_chunk must be a fraction of the batch in (0, 1], got {chunk!r}",
+        )
+        for chunk in ("x", True)
+    ],
     (
         "num_seeds=0",
         lambda: ppo.make_train_space(env(), ppo.PPOConfig(**SMALL), 0),
