@@ -476,6 +476,12 @@ def check_identity(
             earlier = [old[section]] if old.get(section, now[section]) != now[section] else []
             record[f"{section}_before"] = old.get(f"{section}_before", []) + earlier
         earlier = {k: a for k, (a, _) in blocking.items() if k.split(".")[0] not in ENVIRONMENT}
+        # a resume may change the stock's depth unforced, but the run goes on to float
+        # rounding then, not bit for bit: its earlier depth is kept with the forced fields'
+        moved = {k: v for k, v in diff.items() if k in EXTENDABLE and k != "segments"}
+        earlier.update({k: a for k, (a, _) in moved.items()})
+        if moved:
+            note(f"Resuming with another stock depth, to float rounding:\n{_lines(moved)}")
         record["config_before"] = old.get("config_before", []) + ([earlier] if earlier else [])
         if blocking:
             note(f"Resuming with changed fields (forced): {sorted(blocking)}")

@@ -1156,7 +1156,9 @@ def test_a_resume_may_change_the_stocks_depth_but_not_the_rest_of_ppo(tmp_path):
     with less memory may pick another. Any other PPO field would mix two runs."""
     config = {"seed": 0, "ppo.stock_depth": None, "ppo.unroll_length": 16}
     rundir.check_identity(tmp_path, config, "auto")
-    assert rundir.check_identity(tmp_path, {**config, "ppo.stock_depth": 4}, "auto")["forced"] == []
+    record = rundir.check_identity(tmp_path, {**config, "ppo.stock_depth": 4}, "auto")
+    assert record["forced"] == []
+    assert record["config_before"] == [{"ppo.stock_depth": None}]  # to float rounding after
     refusal = r"(?s)ppo\.unroll_length: run has 16, now 8.*cannot be forced"
     with pytest.raises(SystemExit, match=refusal):
         rundir.check_identity(tmp_path, {**config, "ppo.unroll_length": 8}, "force")
