@@ -882,6 +882,21 @@ def _over_seeds(tag: str, scores: np.ndarray) -> dict[str, float]:
 MIN_TRIALS_PER_SEGMENT = 2
 
 
+def _note_whole_iterations(exp: Experiment, steps_per_segment: int) -> int:
+    """The env steps a segment trains: whole PPO iterations, at least `steps_per_segment`.
+    Says so where that is more than asked (a run's record keeps what was asked)."""
+    batch = exp.ppo.batch_size
+    iterations = math.ceil(steps_per_segment / batch)
+    if iterations * batch != steps_per_segment:
+        print(
+            f"steps_per_segment={steps_per_segment} is not a whole number of PPO iterations "
+            f"of {batch} env steps: each segment trains {iterations} iterations, "
+            f"{iterations * batch} steps (the logged env_steps)",
+            file=sys.stderr,
+        )
+    return iterations * batch
+
+
 def check_segment_length(exp: Experiment, steps_per_segment: int) -> None:
     """Refuses a segment too short for what the curriculum reads: a per-env curriculum
     whose segment gives each env fewer than `MIN_TRIALS_PER_SEGMENT` trials' worth of
@@ -966,6 +981,7 @@ def run(
             "run_train) in your own loop"
         )
     check_segment_length(exp, steps_per_segment)
+    _note_whole_iterations(exp, steps_per_segment)
     r = Run(exp, logdir, seed, num_seeds, compiled)
     with contextlib.ExitStack() as stack, _interruptible() as flag:
         stack.enter_context(exclusive(r.logdir))

@@ -1251,3 +1251,12 @@ def test_load_run_reads_back_the_policies_a_run_trained_and_started_from(exp, co
     wider = replace(exp, eval=replace(exp.eval, extrapolation_factor=3.0))
     with pytest.raises(ValueError, match=r"(?s)another experiment.*eval\.extrapolation_factor"):
         experiment.load_run(wider, logdir=tmp_path, seed=0, eval_as_run=True)
+
+
+def test_a_segment_trains_whole_iterations_and_says_so(exp, capsys):
+    """A segment trains whole PPO iterations: `--steps-per-segment 100` with a batch
+    of 128 trained 128 steps (quickstart's 60,000: 61,440) without a word."""
+    assert experiment._note_whole_iterations(exp, STEPS) == STEPS  # 2 iterations of 128
+    assert capsys.readouterr().err == ""
+    assert experiment._note_whole_iterations(exp, STEPS - 28) == STEPS
+    assert "each segment trains 2 iterations, 256 steps" in capsys.readouterr().err
