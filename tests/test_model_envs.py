@@ -455,6 +455,7 @@ def test_check_env_passes_on_playground(cartpole):
         ("timestep", "n_substeps"),
         ("geom_size", "geom sizes"),
         ("jnt_range[1, 0]", "joint ranges"),
+        ("jnt_actfrcrange[1, 1]", "force ranges"),  # Apollo's reward divides by them
     ],
 )
 def test_playground_refuses_cached_constants(name, message):

@@ -41,6 +41,8 @@ PLAYGROUND_STALE = {
     "jnt_range": "Playground envs read joint ranges at construction (reset sampling, limits in "
     "rewards and observations)",
     "actuator_ctrlrange": "Playground envs read control ranges at construction (action scaling)",
+    "jnt_actfrcrange": "Playground envs read joint actuator force ranges at construction "
+    "(Apollo's torque limits, which its reward divides torques by)",
 }
 
 
