@@ -50,10 +50,18 @@ def keys(seed: int) -> tuple[jax.Array, jax.Array]:
     return tuple(jax.random.split(experiment.analysis_key(seed)))
 
 
+def fit_seed(seed: int) -> int:
+    """The seed `in_distribution` draws the fit's contexts with: from the analysis stream
+    too (``seed`` itself drew them with the first split of ``key(seed)``, the key the
+    run initialised its parameters with)."""
+    key = jax.random.fold_in(experiment.analysis_key(seed), 2)
+    return int(jax.random.randint(key, (), 0, 2**31 - 1))
+
+
 def fit(exp, fitter, policy, seed: int, ridge: float) -> P.LinearProbe:
     """The seed's probe, fitted on ``fitter.max_contexts`` fresh contexts of the
     training ranges (other reset keys than the scored trials')."""
-    fit_set = E.in_distribution(exp.target, fitter.max_contexts, seed=seed, env=exp.env)
+    fit_set = E.in_distribution(exp.target, fitter.max_contexts, fit_seed(seed), exp.env)
     return P.fit_probe(P.record_memory(fitter, policy, fit_set, keys(seed)[0]), ridge)
 
 

@@ -205,6 +205,8 @@ def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
     data = {jax.random.key_data(k).tobytes() for k in run_keys}
     assert len(data) == len(run_keys)
     assert not data & {jax.random.key_data(k).tobytes() for k in probe_memory.keys(0)}
+    fit_keys = jax.random.split(jax.random.key(probe_memory.fit_seed(0)), 2)  # its contexts'
+    assert not data & {jax.random.key_data(k).tobytes() for k in fit_keys}
     with pytest.raises(ValueError, match=r"(?s)another experiment.*eval\.contexts: run has 2"):
         probe_memory.main(tyro.cli(probe_memory.Config, args=[*args, "--eval.contexts", "3"]))
     out = probe_memory.main(cfg)
