@@ -628,6 +628,7 @@ class Run:
         ) as bar:
 
             def report(done, total):
+                bar.total = total  # whole iterations: at least `steps`
                 bar.update(done - bar.n)
                 if flag["signal"] is not None:
                     raise _InterruptedError
