@@ -532,10 +532,14 @@ def test_a_run_made_with_another_reset_strategy_says_which_to_resume_with(exp, t
     rundir.check_identity(tmp_path, then, "auto")
     refusal = (
         r"(?s)experiment\.env\.reset_strategy: run has 'pool', now 'loop'.*cannot be "
-        r"forced.*make_contextual\(\.\.\., reset_strategy='pool'\) to resume this run"
+        r"forced.*make_contextual\(\.\.\., reset_strategy='pool'\) to resume or read this run"
     )
     with pytest.raises(SystemExit, match=refusal):
         rundir.check_identity(tmp_path, now, "force")
+    # reading the run (load_run, the analysis scripts) says the same: on a GPU's run
+    # read on a CPU it said only that the strategies differ
+    with pytest.raises(ValueError, match=r"(?s)run has 'pool'.*reset_strategy='pool'\) to"):
+        rundir.check_recorded(tmp_path, now, "load_run")
     assert rundir.check_identity(tmp_path, then, "auto")["config"] == then
     # An MJX run of an older metarl recorded "auto" unresolved: it ran the loop on a
     # CPU (a resume there goes on) and dense elsewhere (the refusal names dense)
