@@ -54,8 +54,7 @@ def fit_seed(seed: int) -> int:
     """The seed `in_distribution` draws the fit's contexts with: from the analysis stream
     too (``seed`` itself drew them with the first split of ``key(seed)``, the key the
     run initialised its parameters with)."""
-    key = jax.random.fold_in(experiment.analysis_key(seed), 2)
-    return int(jax.random.randint(key, (), 0, 2**31 - 1))
+    return experiment._int_seed(jax.random.fold_in(experiment.analysis_key(seed), 2))  # noqa: SLF001
 
 
 def fit(exp, fitter, policy, seed: int, ridge: float) -> P.LinearProbe:

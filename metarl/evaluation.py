@@ -255,25 +255,6 @@ def _scale(dist) -> tuple[Any, Any]:
     return (lambda x: x), (lambda x: x)
 
 
-def _check_whole(env: ContextualEnv, split: str, name: str, values: Any) -> None:
-    """Refuses values of an integer or flag task parameter that are not whole (a flag's:
-    0 or 1): the env would round them to other values than the set names."""
-    kind = env.binding.discrete_kind(name)
-    if kind is None:
-        return
-    values = np.asarray(values)
-    valid = values == np.round(values)
-    if kind == np.bool_:
-        valid &= (values == 0) | (values == 1)
-    if not np.all(valid):
-        what = "a flag (bool): 0 or 1" if kind == np.bool_ else f"an integer ({kind}): whole values"
-        raise ValueError(
-            f"context set {split!r}: the env declares {name!r} as {what}, got "
-            f"{np.unique(values[~valid])[:5].tolist()}: it would read them rounded, as other "
-            "values than the set names"
-        )
-
-
 def periods(env: ContextualEnv) -> Mapping[str, float]:
     """The env's periodic task parameters (angles), ``{name: period}``; {} if none."""
     return getattr(env.unwrapped, "task_periods", None) or {}
@@ -509,7 +490,9 @@ class Evaluator:
                 f"env's space {names} and no other: missing {missing}, unknown {unknown}"
             )
         for name in names:
-            _check_whole(self.env, contexts.split, name, contexts.values[name])
+            self.env.binding.check_task_values(
+                name, contexts.values[name], f"context set {contexts.split!r}"
+            )
         c = len(contexts)
         if not 1 <= c <= self.max_contexts:
             raise ValueError(f"a context set must hold 1..{self.max_contexts} contexts, got {c}")

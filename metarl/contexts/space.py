@@ -273,20 +273,33 @@ def _check_discrete_task(name: str, dist: Distribution, declared: Any) -> None:
     kind = np.asarray(declared).dtype
     if np.issubdtype(kind, np.floating):
         return
-    flag = kind == np.bool_
-    what = "a flag (bool): values 0 and 1" if flag else f"an integer ({kind}): whole values"
     if isinstance(dist, Choice):
         values = dist._drawn()  # noqa: SLF001 - what a draw can take
     elif isinstance(dist, Fixed):
         values = np.asarray(dist.value)
     else:
         values = None
-    valid = values is not None and not dist.relative and np.all(np.round(values) == values)
-    if not valid or (flag and not np.all((values == 0) | (values == 1))):
+    if values is None or dist.relative or np.any(_not_whole(kind, values)):
         raise ValueError(
-            f"context {name!r}: the env declares this task parameter as {what}, so it "
-            f"takes an absolute Choice or Fixed of such values, got {dist!r}"
+            f"context {name!r}: the env declares this task parameter as {_whole_kind(kind)}, "
+            f"so it takes an absolute Choice or Fixed of such values, got {dist!r}"
         )
+
+
+def _whole_kind(kind: np.dtype) -> str:
+    """An integer or flag task parameter's kind, as the refusals name it."""
+    return (
+        "a flag (bool): values 0 and 1"
+        if kind == np.bool_
+        else f"an integer ({kind}): whole values"
+    )
+
+
+def _not_whole(kind: np.dtype, values: Any) -> np.ndarray:
+    """Where `values` are none a task parameter of integer or flag `kind` can take."""
+    values = np.asarray(values)
+    out = np.round(values) != values
+    return out | ((values != 0) & (values != 1)) if kind == np.bool_ else out
 
 
 def _task_value(value: Any) -> jax.Array:
@@ -603,6 +616,18 @@ class Binding:
                 kind = np.asarray(self.task[e.target.name]).dtype
                 return None if np.issubdtype(kind, np.floating) else kind
         return None
+
+    def check_task_values(self, name: str, values: Any, where: str) -> None:
+        """Refuses `values` of context `name` that an integer or flag task parameter
+        cannot take (not whole; a flag's: not 0 or 1): the env would read them rounded,
+        other values than those asked for."""
+        kind = self.discrete_kind(name)
+        if kind is not None and np.any(bad := _not_whole(kind, values)):
+            raise ValueError(
+                f"{where}: the env declares {name!r} as {_whole_kind(kind)}, got "
+                f"{np.unique(np.asarray(values)[bad])[:5].tolist()}: it would read them "
+                "rounded, as other values than those asked for"
+            )
 
     @property
     def context_size(self) -> int:

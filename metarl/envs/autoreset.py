@@ -56,6 +56,7 @@ with a select.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -137,10 +138,16 @@ def trip_size(batch: int, chunk: float) -> int:
     return min(batch, max(2, math.ceil(batch * chunk)))
 
 
+def check_chunk(chunk: Any, name: str = "chunk") -> None:
+    """Refuses a `chunk` that is not a fraction of the batch in (0, 1] (a string
+    failed at a comparison, naming neither it nor its range; True read as 1.0)."""
+    if isinstance(chunk, bool) or not isinstance(chunk, numbers.Real) or not 0 < chunk <= 1:
+        raise ValueError(f"{name} must be a fraction of the batch in (0, 1], got {chunk!r}")
+
+
 def _batched_impls(fresh_fn: Callable[[Any], Any], chunk: float) -> dict[str, Callable]:
     """strategy -> batched (done[B], operand, current) -> fresh where done, else current."""
-    if not 0 < chunk <= 1:
-        raise ValueError(f"chunk must be a fraction in (0, 1], got {chunk}")
+    check_chunk(chunk)
 
     def dense(done, operand, current):
         return _where(done, jax.vmap(fresh_fn)(operand), current)

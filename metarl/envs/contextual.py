@@ -36,6 +36,7 @@ from metarl.contexts.space import per_env_hint
 from metarl.envs import sources
 from metarl.envs.autoreset import (
     POOLED,
+    check_chunk,
     check_strategy,
     on_cpu,
     pooled_where_done,
@@ -198,14 +199,7 @@ class ContextualEnv(Env):
         if reset_strategy == "auto":
             reset_strategy = "loop" if on_cpu() else "stock"
         self.reset_strategy = reset_strategy
-        if (
-            isinstance(reset_chunk, bool)
-            or not isinstance(reset_chunk, numbers.Real)
-            or not 0 < reset_chunk <= 1
-        ):  # a string failed at the first reset, naming neither it nor its range
-            raise ValueError(
-                f"reset_chunk must be a fraction of the batch in (0, 1], got {reset_chunk!r}"
-            )
+        check_chunk(reset_chunk, "reset_chunk")
         self.reset_chunk = reset_chunk
         # One trace of an episode's first state, shared by `reset` and every reset a
         # `step` may make (its operands have the same shapes in both): the wrapped

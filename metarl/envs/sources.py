@@ -180,13 +180,14 @@ class PlaygroundSource:
         if ctrl is not None and sim is not None:
             # Playground steps round(ctrl_dt / sim_dt) physics steps per action: any other
             # ratio silently changes the control step (0 steps: the physics never moves)
-            n = round(float(ctrl) / float(sim))
-            if n < 1 or abs(n * float(sim) - float(ctrl)) > 1e-6 * float(ctrl):
+            ctrl, sim = float(ctrl), float(sim)
+            n = round(ctrl / sim)
+            if n < 1 or abs(n * sim - ctrl) > 1e-6 * ctrl:
                 raise ValueError(
-                    f"{type(env).__name__} has ctrl_dt={float(ctrl):g} and sim_dt="
-                    f"{float(sim):g}: Playground steps round(ctrl_dt / sim_dt) = {n} physics "
-                    f"steps of sim_dt per action, {n * float(sim):g} s, not ctrl_dt. Choose a "
-                    "ctrl_dt that is a whole multiple (at least 1) of sim_dt"
+                    f"{type(env).__name__} has ctrl_dt={ctrl:g} and sim_dt={sim:g}: Playground "
+                    f"steps round(ctrl_dt / sim_dt) = {n} physics steps of sim_dt per action, "
+                    f"{n * sim:g} s, not ctrl_dt. Choose a ctrl_dt that is a whole multiple (at "
+                    "least 1) of sim_dt"
                 )
         size = self._observation_size = env.observation_size  # Playground's traces its reset
         if not isinstance(size, int):
