@@ -83,9 +83,11 @@ def ADR(  # noqa: N802
     A boundary moves at most once per update: once it has moved, the rest of that
     segment's entries for it (measured at the old value) are dropped. Envs with no
     completed episode in the segment contribute nothing, and neither does an episode
-    whose trial was drawn under other ranges than the env's current ones (one that
-    started before the segment, under an earlier assignment: `TrialInfo.current_ranges`;
-    where the env's assignment did not change, its episodes count). A segment must
+    whose trial was drawn under other ranges than the env's current row (the shared
+    ranges with its boundary pinned): a trial running when the segment starts counts
+    only where every number of that row is unchanged (`TrialInfo.current_ranges`); an
+    env kept on a boundary that moved, or on one dimension's boundary while another
+    dimension's range moved, is not credited for it. A segment must
     give each env a few trials:
     otherwise the longest, most successful trials never end inside one and are never
     credited; `metarl.experiment.run` refuses fewer than two trials' worth of steps
@@ -95,13 +97,16 @@ def ADR(  # noqa: N802
 
     Args:
       start: the starting ranges, as a fraction of the target around the defaults
-        (`target.scaled(start, around=defaults)` clipped to the target), in (0, 1].
+        (`target.scaled(start, around=defaults)` clipped to the target), in (0, 1):
+        at 1 no boundary could move (shrinking stops at the starting range).
       delta: one boundary step as a fraction of the target's width (of log-width
-        for LogUniform), in (0, 1].
+        for LogUniform), in (0, 1]; `init` refuses a step below float32's resolution
+        at the target's bounds, which would never move one.
       low_threshold: a buffer mean at or below it shrinks the boundary (return units).
       high_threshold: a buffer mean at or above it widens the boundary; > low_threshold.
       buffer_size: entries per boundary before a decision (>= 1).
-      boundary_prob: the fraction of envs that evaluate a boundary each segment, in [0, 1].
+      boundary_prob: the fraction of envs that evaluate a boundary each segment, in (0, 1]
+        (at 0 no boundary is ever evaluated, and the ranges never move).
     """
     who = "ADR"
     start, delta, t_low, t_high, m, p = _check_args(
@@ -118,6 +123,7 @@ def ADR(  # noqa: N802
         """Starting ranges, empty buffers and the first segment's boundary assignment."""
         target = check_target(target, who)
         _check_dimensions(target)
+        _check_resolution(target, delta)
         n = check_count(num_envs, "num_envs (the trainer's number of parallel envs)", f"{who}.init")
         key = _key(key)
         defaults = as_defaults(target, defaults, who)
@@ -265,6 +271,28 @@ def _check_dimensions(target: ContextSpace) -> None:
             )
 
 
+def _check_resolution(target: ContextSpace, delta: float) -> None:
+    """A ValueError if a step of delta x an entry's width (log-width for LogUniform)
+    is below float32's resolution at the entry's largest bound: bounds are float32,
+    so such a step would round away and the boundary never move."""
+    for name, dist in target.items():
+        low = np.asarray(dist.low, np.float64)
+        high = np.asarray(dist.high, np.float64)
+        moves = high > low  # a point target has nothing to move
+        if isinstance(dist, LogUniform):  # a log step s moves a bound b by b (e^s - 1)
+            width = np.log(np.where(moves, high, 1.0)) - np.log(np.where(moves, low, 1.0))
+            ulp = np.full_like(width, 2.0**-23)
+        else:
+            width = high - low
+            ulp = np.spacing(np.maximum(np.abs(low), np.abs(high)).astype(np.float32))
+        need = np.where(moves, ulp / np.where(moves, width, 1.0), 0.0)
+        if delta < need.max():
+            raise ValueError(
+                f"ADR: delta={delta} moves {name!r}'s bounds by less than float32's resolution "
+                f"at them, so no boundary would ever move; give delta >= {need.max():.3g}"
+            )
+
+
 def _key(key: Any) -> jax.Array:
     """A single typed JAX key (legacy uint32 keys are wrapped)."""
     if key is None:
@@ -325,6 +353,12 @@ def _per_env(results: Mapping[str, Any], key: str, n: int) -> np.ndarray:
 def _check_args(who, start, delta, low_threshold, high_threshold, buffer_size, boundary_prob):
     """Validated (start, delta, low and high thresholds, buffer size, boundary_prob) of ADR."""
     start = check_start(start, who)
+    if start == 1:
+        raise ValueError(
+            f"{who}: start=1 begins at the target, where no boundary can widen, and shrinking "
+            "stops at the starting range, so the ranges would never move; give start in (0, 1), "
+            "or train on the target without a curriculum for fixed ranges"
+        )
     delta = check_real(delta, "delta", who)
     if not 0 < delta <= 1:
         raise ValueError(
@@ -339,8 +373,11 @@ def _check_args(who, start, delta, low_threshold, high_threshold, buffer_size, b
         )
     m = check_count(buffer_size, "buffer_size", who)
     p = check_real(boundary_prob, "boundary_prob", who)
-    if not 0 <= p <= 1:
-        raise ValueError(f"{who}: boundary_prob must be a probability in [0, 1], got {p}")
+    if not 0 < p <= 1:
+        raise ValueError(
+            f"{who}: boundary_prob must be a probability in (0, 1], got {p} (at 0 no env "
+            "evaluates a boundary and the ranges never move)"
+        )
     return start, delta, t_low, t_high, m, p
 
 

@@ -162,6 +162,8 @@ def check_shapes(
     try:
         return target.check_compatible(scaled(target, fraction, defaults))
     except ValueError as e:
+        if defaults is None:  # about each range's own centre: no defaults to blame
+            raise ValueError(f"{who}: the target's ranges cannot be scaled: {e}") from None
         raise ValueError(
             f"{who}: scaling the target about its defaults breaks its structure ({e}); give "
             "the target per-element parameters of the defaults' shape, or defaults=None"

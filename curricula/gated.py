@@ -112,6 +112,13 @@ def PerformanceGated(  # noqa: N802
         reference = float(state.reference)
         if relative and not np.isfinite(reference) and np.isfinite(value):
             reference = value
+        if relative and reference == 0:  # threshold x 0 is 0 for every threshold
+            raise ValueError(
+                f"{who}.{where}: a relative threshold ({threshold} x the reference return) "
+                f"has no meaning here: the reference, the first finite results[{metric!r}], is "
+                "0 (common in sparse-reward tasks), so any return >= 0 would open the gate; "
+                "give an absolute threshold (relative=False)"
+            )
         # the gate rounded as the value is: a return equal to the threshold opens it
         return value, reference, float(np.float32(_gate(threshold, relative, reference)))
 

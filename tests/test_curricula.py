@@ -627,9 +627,6 @@ def test_adr_assigns_about_boundary_prob_of_the_envs_uniformly():
         state = cur.update(state, nothing)
         assert not np.array_equal(state.assignment, previous)  # a fresh draw each segment
     assert np.all(
-        _adr(boundary_prob=0.0).init(TARGET, num_envs=50, key=jax.random.key(0)).assignment == -1
-    )
-    assert np.all(
         _adr(boundary_prob=1.0).init(TARGET, num_envs=50, key=jax.random.key(0)).assignment >= 0
     )
 
@@ -695,6 +692,10 @@ def test_state_round_trips_through_a_checkpoint_bit_for_bit(tmp_path):
 # -- bad input --
 
 
+def _gated_relative():
+    return curricula.PerformanceGated(0.2, 0.2, threshold=5.0, relative=True)
+
+
 def _adr_state(n=4):
     return _adr().init(TARGET, num_envs=n, key=jax.random.key(0))
 
@@ -716,10 +717,31 @@ BAD = {
         lambda: curricula.PerformanceGated(0.5, 0.1, -0.5, relative=True),
         "threshold",
     ),
+    "relative gate on a reference of 0": (
+        lambda: _gated_relative().update(
+            _gated_relative().init(TARGET, defaults=DEFAULTS), {"eval_return": 0.0}
+        ),
+        "reference, the first finite results\\['eval_return'\\], is 0",
+    ),
     "thresholds in the wrong order": (lambda: _adr(low_threshold=8.0, high_threshold=2.0), "order"),
     "equal thresholds": (lambda: _adr(low_threshold=3.0, high_threshold=3.0), "order"),
     "buffer_size 0": (lambda: _adr(buffer_size=0), "buffer_size"),
     "boundary_prob < 0": (lambda: _adr(boundary_prob=-0.1), "boundary_prob"),
+    "boundary_prob 0: no boundary ever evaluated": (
+        lambda: _adr(boundary_prob=0.0),
+        "at 0 no env evaluates a boundary",
+    ),
+    "adr start 1: no boundary can move": (lambda: _adr(start=1.0), "would never move"),
+    "delta under float32's resolution": (
+        lambda: _adr(delta=1e-9).init(TARGET, num_envs=2, key=jax.random.key(0)),
+        "float32's resolution",
+    ),
+    "a log range at 0 cannot grow": (
+        lambda: _adr().init(
+            C.ContextSpace({"g": C.LogUniform(0.0, 0.0)}), num_envs=2, key=jax.random.key(0)
+        ),
+        "cannot be scaled: LogUniform.scaled needs a centre > 0",
+    ),
     "boundary_prob > 1": (lambda: _adr(boundary_prob=1.5), "boundary_prob"),
     "delta 0": (lambda: _adr(delta=0.0), "delta"),
     "linear target dict": (
