@@ -391,6 +391,19 @@ class EvalResult:
     nonfinite: np.ndarray
 
 
+# Chunk i > 0 of a large set hangs off this tag of the set's key: ``fold_in(key, i)``
+# is ``split(key, n)[i]``, the reset key of env i of chunk 0, which that reset splits
+# and draws from in turn (a key is drawn from or split, never both).
+_CHUNKS = 0x63686E6B
+
+
+def _chunk_key(key: jax.Array, i: int) -> jax.Array:
+    """The key of chunk i of a set larger than the evaluator (`Evaluator.evaluate`):
+    `key` itself for the first chunk (as a set that fits), then a stream no split of
+    `key` reaches."""
+    return key if i == 0 else jax.random.fold_in(jax.random.fold_in(key, _CHUNKS), i)
+
+
 class Evaluator:
     """Runs context sets with a policy; one compilation for every set and segment.
 
@@ -510,7 +523,7 @@ class Evaluator:
         """Mean and std of episode returns per context (deterministic for a fixed key);
         `contexts` as `ranges` takes them, any number of them: a set of more than
         `max_contexts` runs in chunks of `max_contexts` in the same compiled program,
-        chunk i with ``fold_in(key, i)`` (the first with `key`, as a set that fits)."""
+        chunk i with `_chunk_key(key, i)` (the first with `key`, as a set that fits)."""
         if len(contexts) > self.max_contexts:
             chunks = [
                 self.evaluate(
@@ -519,7 +532,7 @@ class Evaluator:
                         contexts.split,
                         {n: v[i : i + self.max_contexts] for n, v in contexts.values.items()},
                     ),
-                    key if i == 0 else jax.random.fold_in(key, i // self.max_contexts),
+                    _chunk_key(key, i // self.max_contexts),
                 )
                 for i in range(0, len(contexts), self.max_contexts)
             ]

@@ -79,9 +79,16 @@ def check_local(tree, what: str) -> None:
 def fetch(tree):
     """`jax.device_get`, also of arrays spread over several processes: those are
     gathered from every process (`multihost_utils.process_allgather`), so each
-    process reads the whole value."""
-    if all(x.is_fully_addressable for x in jax.tree.leaves(tree) if isinstance(x, jax.Array)):
-        return jax.device_get(tree)
-    from jax.experimental import multihost_utils
+    process reads the whole value. Only those are gathered: the gather concatenates
+    every leaf it is given across processes, a host value or an array this process
+    holds whole included (a scalar 7 would come back as [7, 7])."""
+    leaves, treedef = jax.tree.flatten(tree)
+    remote = [isinstance(x, jax.Array) and not x.is_fully_addressable for x in leaves]
+    local = iter(jax.device_get([x for x, r in zip(leaves, remote, strict=True) if not r]))
+    gathered = iter(())
+    if any(remote):
+        from jax.experimental import multihost_utils
 
-    return multihost_utils.process_allgather(tree, tiled=True)
+        mine = [x for x, r in zip(leaves, remote, strict=True) if r]
+        gathered = iter(multihost_utils.process_allgather(mine, tiled=True))
+    return jax.tree.unflatten(treedef, [next(gathered if r else local) for r in remote])

@@ -177,12 +177,22 @@ class LinearProbe:
         return x @ self.weights + self.mean
 
 
-def _samples(memory: Memory) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _samples(memory: Memory, who: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(features [S, H], targets [S, D], step [S, 2] = (episode, step in trial)) of every
-    step inside a trial."""
+    step inside a trial; a ValueError if any of them is not finite (one NaN unit would
+    make every weight of a fit NaN, and every score NaN)."""
     env_index, step = np.nonzero(memory.episode >= 0)
+    features = memory.features[env_index, step].astype(np.float64)
+    for what, x in (("memory", features), ("contexts", memory.targets)):
+        bad = ~np.isfinite(x)
+        if bad.any():
+            raise ValueError(
+                f"{who}: recording {memory.split!r} holds {int(bad.sum())} non-finite "
+                f"{what} values inside its trials; record a policy and contexts whose numbers "
+                "are finite"
+            )
     return (
-        memory.features[env_index, step].astype(np.float64),
+        features,
         memory.targets[env_index].astype(np.float64),
         np.stack([memory.episode[env_index, step], step], -1),
     )
@@ -192,15 +202,15 @@ def fit_probe(memory: Memory | Sequence[Memory], ridge: float = 1.0) -> LinearPr
     """Ridge regression (penalty `ridge` on standardized features) from every step's
     memory to its context, one decoder for all steps of a trial; fitted on one
     recording or on several of one env together."""
-    if not np.isfinite(ridge) or ridge < 0:
-        raise ValueError(f"fit_probe: ridge must be a finite number >= 0, got {ridge!r}")
+    if not np.isfinite(ridge) or ridge <= 0:  # 0: singular for a unit that never moves
+        raise ValueError(f"fit_probe: ridge must be a finite number > 0, got {ridge!r}")
     memories = [memory] if isinstance(memory, Memory) else list(memory)
     if not memories or any(m.names != memories[0].names for m in memories):
         raise ValueError(
             "fit_probe: give one recording or several of one env (the same context "
             f"dimensions), got {[m.names for m in memories]}"
         )
-    samples = [_samples(m) for m in memories]
+    samples = [_samples(m, "fit_probe") for m in memories]
     x, y = (np.concatenate([s[i] for s in samples]) for i in (0, 1))
     targets = np.concatenate([m.targets for m in memories])
     names = memories[0].names
@@ -271,7 +281,13 @@ def score_probe(probe: LinearProbe, memory: Memory) -> ProbeScore:
             f"score_probe: recording {memory.split!r} has dimensions {list(memory.names)}, "
             "not those the probe was fitted on: record both with one env"
         )
-    x, y, where = _samples(memory)
+    x, y, where = _samples(memory, "score_probe")
+    if x.shape[1] != len(probe.feature_mean):
+        raise ValueError(
+            f"score_probe: recording {memory.split!r} holds {x.shape[1]} memory units; the "
+            f"probe reads {len(probe.feature_mean)}: score it on the memory of the policy "
+            "it was fitted on"
+        )
     y = y[:, probe.dims]
     err, ref = probe.predict(x) - y, probe.mean - y
     steps = memory.episode.shape[1]

@@ -54,6 +54,7 @@ two statistics metarl needs fit in this module (tested against scipy and known c
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -93,6 +94,21 @@ def _check_confidence(confidence: float) -> None:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
 
 
+# Resamples a bootstrap needs beyond each end of its interval: with fewer, the
+# bounds are a few draws' order statistics (reps=2 gave 3 [1.05, 2.95], an interval
+# that missed its own point).
+MIN_TAIL_RESAMPLES = 10
+
+
+def _check_reps(reps: int, confidence: float) -> None:
+    least = int(np.ceil(MIN_TAIL_RESAMPLES / ((1 - confidence) / 2) - 1e-6))  # 0.9: 200
+    if isinstance(reps, bool) or not isinstance(reps, numbers.Integral) or reps < least:
+        raise ValueError(
+            f"reps must be an integer >= {least} for a {confidence:g} interval (at least "
+            f"{MIN_TAIL_RESAMPLES} bootstrap resamples beyond each end), got {reps!r}"
+        )
+
+
 def _percentile_interval(boots: np.ndarray, confidence: float) -> tuple[float, float]:
     """The central `confidence` interval of a bootstrap distribution."""
     alpha = (1 - confidence) / 2
@@ -112,6 +128,7 @@ def summarize(scores, *, reps: int = 2000, confidence: float = 0.95, seed: int =
     if x.ndim not in (1, 2):
         raise ValueError(f"scores must be [num_seeds] or [num_seeds, num_tasks], got {x.shape}")
     _check_confidence(confidence)
+    _check_reps(reps, confidence)
     x = x.reshape(x.shape[0], x.shape[1] if x.ndim == 2 else 1)
     finite = np.isfinite(x).all(axis=1)
     x, dropped = x[finite], int(np.sum(~finite))

@@ -416,20 +416,24 @@ def test_an_env_with_no_contexts_evaluates_its_one_empty_context():
 
 def test_a_set_larger_than_the_evaluator_runs_in_chunks_of_its_size():
     """The runner's evaluator takes a split's contexts; the heatmap's larger grid runs
-    through the same program in chunks, chunk i with fold_in(key, i), and gives what
-    those chunks give alone (before, every split was padded to the grid's size)."""
+    through the same program in chunks, chunk i > 0 with a key of its own, and gives
+    what those chunks give alone (before, every split was padded to the grid's size).
+    No chunk's key is the reset key of an env of the first chunk (`fold_in(key, i)`
+    was: env i's key of ``split(key, n)``)."""
     space = C.ContextSpace({"mass": C.Scale(0.5, 2.0)})
     env = make_contextual(Puck(), space, episode_length=15)
     evaluator = E.Evaluator(env, episodes=2, max_contexts=2)
     masses = np.linspace(0.5, 2.0, 5, dtype=np.float32)
     key = jax.random.key(4)
+    keys = [E._chunk_key(key, j) for j in range(3)]
+    assert keys[0] is key
+    firsts = jax.random.key_data(jax.random.split(key, evaluator.max_contexts * evaluator.trials))
+    for k in keys[1:]:
+        assert not (firsts == jax.random.key_data(k)).all(-1).any()
     chunks = [
-        evaluator.evaluate(
-            _Push(), E.ContextSet("grid", {"mass": masses[i : i + 2]}), jax.random.fold_in(key, j)
-        )
-        for j, i in enumerate(range(0, 5, 2))
+        evaluator.evaluate(_Push(), E.ContextSet("grid", {"mass": masses[i : i + 2]}), k)
+        for k, i in zip(keys, range(0, 5, 2), strict=True)
     ]
-    chunks[0] = evaluator.evaluate(_Push(), E.ContextSet("grid", {"mass": masses[:2]}), key)
     with count_compilations() as compiles:
         whole = evaluator.evaluate(_Push(), E.ContextSet("grid", {"mass": masses}), key)
     assert compiles.count == 0

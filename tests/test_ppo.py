@@ -605,8 +605,16 @@ TWO_HOSTS = textwrap.dedent(
                      ("episodes", "episode_return", "value_loss", "env_return_sum",
                       "env_episodes")})
     params = [np.asarray(x.addressable_shards[0].data).tolist() for x in jax.tree.leaves(ts.params)]
+    # fetch of a tree mixing an array spread over both processes with host values
+    from jax.sharding import NamedSharding, PartitionSpec
+    from metarl import parallel
+    spread = jax.make_array_from_process_local_data(
+        NamedSharding(parallel.data_mesh(), PartitionSpec(parallel.AXIS)),
+        np.full((2,), float(max(process, 0))) if process >= 0 else np.array([0.0, 0, 1, 1]))
+    mixed = parallel.fetch({"spread": spread, "scalar": np.float32(7.0), "vec": np.arange(3.0)})
     print(json.dumps({"devices": space.num_devices, "processes": jax.process_count(),
-                      "rows": rows, "params": params, "refused": refused}))
+                      "rows": rows, "params": params, "refused": refused,
+                      "mixed": {k: np.asarray(v).tolist() for k, v in mixed.items()}}))
     """
 )
 
@@ -614,7 +622,8 @@ TWO_HOSTS = textwrap.dedent(
 def test_two_hosts_train_as_one_host_of_two_devices():
     """`initialize_distributed` on two hosts (two processes on localhost, one CPU device
     each): both build the env, train, and read every env's sums, and they train exactly
-    as one process of two devices does. An env instance built outside
+    as one process of two devices does; `parallel.fetch` gathers only the arrays spread
+    over processes. An env instance built outside
     `process_local_devices` is refused where its model is out of reach."""
     import socket
 
@@ -652,6 +661,8 @@ def test_two_hosts_train_as_one_host_of_two_devices():
     assert first["refused"] == single["refused"] == ""
     assert "cannot read it" in second["refused"], second["refused"]
     assert "process_local_devices()" in second["refused"]
+    for report in (first, second, single):  # only the spread array is gathered
+        assert report["mixed"] == {"spread": [0.0, 0.0, 1.0, 1.0], "scalar": 7.0, "vec": [0, 1, 2]}
     for report in (first, second):
         assert report["rows"] == single["rows"]
         assert report["params"] == single["params"]

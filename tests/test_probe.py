@@ -131,8 +131,21 @@ def test_the_probe_decodes_a_context_the_memory_holds_and_not_one_it_does_not():
     other = P.Memory(**{**vars(_synthetic(1, True)), "names": ("c", "d")})
     with pytest.raises(ValueError, match="not those the probe was fitted on"):
         P.score_probe(probe, other)
-    with pytest.raises(ValueError, match="ridge must be a finite number >= 0"):
-        P.fit_probe(_synthetic(0, True), ridge=-1.0)
+    for ridge in (-1.0, 0.0):  # 0: singular where a unit never moves
+        with pytest.raises(ValueError, match="ridge must be a finite number > 0"):
+            P.fit_probe(_synthetic(0, True), ridge=ridge)
+    narrow = P.Memory(**{**vars(_synthetic(1, True)), "features": np.zeros((64, 8, 5))})
+    with pytest.raises(ValueError, match="holds 5 memory units; the probe reads 6"):
+        P.score_probe(probe, narrow)
+    for field, where in (("features", (3, 4, 0)), ("targets", (3, 0))):
+        broken = _synthetic(0, True)
+        values = getattr(broken, field).copy()
+        values[where] = np.nan  # one number: every weight, or the check of what varies
+        broken = P.Memory(**{**vars(broken), field: values})
+        with pytest.raises(ValueError, match="1 non-finite"):
+            P.fit_probe(broken)
+        with pytest.raises(ValueError, match="1 non-finite"):
+            P.score_probe(probe, broken)
 
 
 def test_a_probe_fitted_on_several_recordings_is_the_probe_of_all_their_trials():

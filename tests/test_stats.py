@@ -56,6 +56,12 @@ def test_edge_cases():
     assert stats.format_iqm(four).startswith("2 [") and "no CI" not in stats.format_iqm(four)
     with pytest.raises(ValueError, match="num_seeds"):
         stats.summarize(np.zeros((2, 2, 2)))
+    # reps=2 gave 3 [1.05, 2.95] (missing its own point), reps=1 a zero-width "CI"
+    for reps, least in ((0, 400), (2, 400), (399, 400), (2.5, 400), (True, 400)):
+        with pytest.raises(ValueError, match=f"reps must be an integer >= {least} for a 0.95"):
+            stats.summarize([1.0, 2.0, 3.0, 4.0, 5.0], reps=reps)
+    with pytest.raises(ValueError, match="reps must be an integer >= 200 for a 0.9 "):
+        stats.summarize([1.0, 2.0, 3.0, 4.0, 5.0], reps=199, confidence=0.9)
     for empty in ([], np.zeros((0, 3))):  # no seeds at all: nothing to summarize, said so
         none = stats.summarize(empty)
         assert none.n == 0 and np.isnan(none.iqm) and np.isnan(none.mean)
