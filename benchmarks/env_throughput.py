@@ -4,8 +4,11 @@ All variants run in one process, compiled first (after an untimed warm-up
 compile: `_warm_up`), then timed in paired rounds
 (each round runs every variant once, in turn, round r starting with the r-th
 variant since 2026-11-28; before, plain Brax always ran first), so that the ratios compare
-runs made under the same machine load. Each variant rolls out random actions
-for `steps` steps on `num_envs` envs inside one jitted `lax.scan`; the envs'
+runs made under the same machine load. A variant's steps/s is over the geometric
+mean of its rounds' times and its ratio the geometric mean of the paired rounds'
+ratios (the same number: since 2026-12-05; before, the ratio column was the
+median paired ratio, which disagreed with the steps/s columns). Each variant rolls
+out random actions for `steps` steps on `num_envs` envs inside one jitted `lax.scan`; the envs'
 first reset is a program of its own, run before each timed call and not timed
 (since 2026-11-27 (GPU); before, every variant's rounds timed it too).
 
@@ -55,17 +58,19 @@ first reset is a program of its own, run before each timed call and not timed
   state kept alive that nothing reads); `--dump-hlo DIR` keeps the programs' HLO text.
 * `--profile`: one more rollout per variant under `jax.profiler` (`--profile-rounds
   K`: K of them in paired rounds, each figure their median), every operation summed
-  per env step and split by how often it runs: in the physics
+  per batched step and split by how often it runs: in the physics
   substeps (more than once a step), once a step or less (the step's own work, the
   resets), once; and again by stage (`STAGES`: MJX's named stages of a physics
   step, metarl's resets, the rest), each operation by the innermost named scope
-  its instruction records; with how many operations ran per env step (on a GPU, the
+  its instruction records; with how many operations ran per batched step (on a GPU, the
   kernels and copies launched: `gpu_program.py` counts them from the program alone).
   On a CPU the operations XLA's CPU runtime ran (summed over its
   threads); on a GPU the kernels on the device's streams, by HLO operation (GPU
   time; the host's waits between kernels are not in it). `--trace-dir DIR` keeps
   each variant's raw trace, the first round's (`DIR/<env>_<num_envs>_<variant>/`, for TensorBoard's
   profile plugin, Perfetto or `jax.profiler.ProfileData`).
+* `--summarize FILE ...` times nothing: it prints the ratios of stored result files
+  again, aggregated as above, beside the medians files before 2026-12-05 reported.
 * ablate_norefill: the pool's machinery without its refills (not exact): a done
   env swaps in its pool entry, which is never recomputed, so the step carries and
   selects the second physics state but never refills and never asks whether to
@@ -141,6 +146,9 @@ class Config:
     profile: bool = False  # time every operation of one more rollout per variant
     profile_rounds: int = 1  # --profile: traces per variant, in paired rounds (medians)
     trace_dir: str | None = None  # --profile: keep each variant's raw trace here
+    # result files to read instead of timing anything: every run's ratios again, as
+    # this script now aggregates them (files written before 2026-12-05 printed medians)
+    summarize: tuple[str, ...] = ()
 
     def __post_init__(self):
         check_counts(self)
@@ -538,25 +546,31 @@ def bench(name: str, n: int, cfg: Config) -> dict:
         f"\n{name} ({cfg.backend or 'default backend'}), {n} envs, "
         f"{cfg.steps} steps x {cfg.rounds} paired rounds"
     )
+    # One aggregate for both columns: the geometric mean over rounds. Steps/s is steps
+    # over the geometric mean of a variant's times, the ratio the geometric mean of the
+    # paired rounds' ratios, so a ratio is that of its two steps/s. (The median of
+    # the paired ratios, printed before, is the middle round of 3; a stored H200
+    # hopper run read 0.980 there against 0.953 between its steps/s columns.)
     print(
-        f"{'variant':<22}{'steps/s':>12}{'ratio (median, min-max)':>28}"
+        f"{'variant':<22}{'steps/s':>12}{'ratio (geo. mean, min-max)':>28}"
         f"{'compile s':>11}{'ratio':>7}{'dones/step':>12}{'refills/step':>14}{'fresh/step':>12}"
     )
     result = {}
     for label, ts in times.items():
         ts = np.asarray(ts)
-        sps = n * cfg.steps / np.median(ts)
+        sps = n * cfg.steps / _geomean(ts)
         ratios = base / ts if base is not None else np.full_like(ts, np.nan)
         c_ratio = compile_s[label] / compile_s.get("plain", np.nan)
         print(
-            f"{label:<22}{sps:>12,.0f}{np.median(ratios):>12.3f} "
+            f"{label:<22}{sps:>12,.0f}{_geomean(ratios):>12.3f} "
             f"({ratios.min():.3f}-{ratios.max():.3f})"
             f"{compile_s[label]:>11.1f}{c_ratio:>7.2f}"
             f"{dones[label] / cfg.steps:>12.1f}{refills[label] / cfg.steps:>14.3f}"
             f"{fresh[label] / cfg.steps:>12.1f}"
         )
         result[label] = {
-            "steps_per_s": float(sps),
+            "steps_per_s": float(sps),  # over the geometric mean of the rounds' times
+            "ratio": float(_geomean(ratios)),  # = steps_per_s / plain's steps_per_s
             "ratio_median": float(np.median(ratios)),
             "ratio_min": float(ratios.min()),
             "ratio_max": float(ratios.max()),
@@ -686,7 +700,7 @@ def _rollout_ops(
 def _print_profile(
     result: dict, runs: dict, steps: int, traces: Path | None, rounds: int = 1
 ) -> None:
-    """Adds each variant's operation time per env step to `result`, split by how often
+    """Adds each variant's operation time per batched step to `result`, split by how often
     an operation runs: more than once a step (the physics substeps), at most once a
     step (the step's own work, the resets), once a rollout; and by stage (`STAGES`,
     read from the compiled program). `rounds` traces per variant, in paired rounds
@@ -712,12 +726,13 @@ def _print_profile(
                 split[part] += seconds * 1e3 / steps
             split["total"] = sum(split.values())
             split["ops"] = len(ops)
-            # runs of every operation per env step: on a GPU the kernels and copies
+            # runs of every operation per batched step: on a GPU the kernels and copies
             # launched (benchmarks/gpu_program.py counts them from the program alone)
             split["launches"] = sum(count for _, count in ops.values()) / steps
             splits[label].append((split, _by_stage(ops, stages[label], steps)))
     where = "GPU kernels" if jax.default_backend() == "gpu" else "summed over threads"
-    print(f"\noperation time per env step (ms, {where}), {steps} steps, median of {rounds}")
+    # per step of the whole batch (every env stepping once), not per env
+    print(f"\noperation time per batched step (ms, {where}), {steps} steps, median of {rounds}")
     print(
         f"{'variant':<22}{'total':>9}{'(min-max)':>16}{'substeps':>10}{'step':>8}{'once':>8}"
         f"{'ops':>6}{'launches/step':>15}"
@@ -744,10 +759,14 @@ def _print_profile(
         s for s in dict.fromkeys(s for _, s in STAGES) if any(s in v for v in by_stage.values())
     ]
     columns.append(REST)
-    print(f"\nthe same by stage (ms per env step, medians; {REST}: outside MJX's named stages)")
+    print(f"\nthe same by stage (ms per batched step, medians; {REST}: outside MJX's named stages)")
     print(f"{'variant':<22}" + "".join(f"{c:>14}" for c in columns))
     for label, stage_ms in by_stage.items():
         print(f"{label:<22}" + "".join(f"{stage_ms.get(c, 0.0):>14.2f}" for c in columns))
+
+
+def _geomean(x: np.ndarray) -> float:
+    return float(np.exp(np.mean(np.log(x))))
 
 
 def _median(rows: list, i: int, part: str) -> float:
@@ -755,7 +774,7 @@ def _median(rows: list, i: int, part: str) -> float:
 
 
 def _by_stage(ops: dict[str, tuple[float, int]], stages: dict[str, str], steps: int) -> dict:
-    """`_op_times`' operations summed per stage, in ms per env step. A GPU's operation
+    """`_op_times`' operations summed per stage, in ms per batched step. A GPU's operation
     ("hlo_op: kernel") by its HLO instruction; one that names none (a memory copy, a
     kernel outside the program) is `REST`."""
     out: dict[str, float] = {}
@@ -793,7 +812,42 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def summarize(paths: tuple[str, ...]) -> dict:
+    """{file: {env: {num_envs: {variant: (ratio, min, max, old median)}}}} of stored
+    result files, each variant's ratio to plain Brax as `bench` now gives it (the
+    geometric mean of the paired rounds' ratios), printed beside the median that
+    files before 2026-12-05 reported. Runs without plain Brax or per-round times are
+    left out, said so."""
+    out = {}
+    for path in paths:
+        stored = json.loads(Path(path).read_text())
+        out[path] = {}
+        if "envs" not in stored:
+            print(f"{path}: not a result file of this script (no 'envs'), left out")
+        for name, per_n in stored.get("envs", {}).items():
+            for n, runs in per_n.items():
+                times = {k: np.asarray(v.get("times_s", []), float) for k, v in runs.items()}
+                if "plain" not in times or not all(len(t) for t in times.values()):
+                    print(f"{path}: {name} {n}: no plain Brax or no per-round times, left out")
+                    continue
+                base = times["plain"]
+                print(f"{path}: {name}, {n} envs, {len(base)} paired rounds")
+                print(f"  {'variant':<26}{'ratio (geo. mean, min-max)':>28}{'median':>9}")
+                rows = out[path].setdefault(name, {}).setdefault(n, {})
+                for label, ts in times.items():
+                    r = base / ts
+                    rows[label] = (_geomean(r), float(r.min()), float(r.max()), float(np.median(r)))
+                    print(
+                        f"  {label:<26}{rows[label][0]:>12.3f} ({r.min():.3f}-{r.max():.3f})"
+                        f"{rows[label][3]:>15.3f}"
+                    )
+    return out
+
+
 def main(cfg: Config) -> None:
+    if cfg.summarize:
+        summarize(cfg.summarize)
+        return
     device = jax.devices()[0]
     print(f"jax {jax.__version__} on {device.platform} ({device.device_kind})")
     if cfg.trace_dir is not None and not cfg.profile:  # before any env is timed
@@ -814,6 +868,7 @@ def main(cfg: Config) -> None:
         "reset_chunk": cfg.reset_chunk,
         "backend": cfg.backend,
         "variants": list(cfg.variants),
+        "config": dataclasses.asdict(cfg),  # every setting, the stock's depth and block too
         "envs": {},
     }
     for name in cfg.envs:

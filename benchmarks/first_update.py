@@ -37,6 +37,8 @@ import numpy as np
 import tyro
 from _cli import check_counts
 
+from metarl import provenance
+
 VARIANTS = ("sequential", "precompile", "brax")
 
 
@@ -119,7 +121,7 @@ def _measure(cfg: Config, variant: str) -> dict:
         "precompile_s": compiled,
         "loop_compile_s": metrics["compile_seconds"],
         "then_s": then,  # the --then iterations after the first
-        "device": str(jax.devices()[0].device_kind),
+        "platform": provenance.platform(),  # the worker's: device, XLA_FLAGS, JAX settings
     }
 
 
@@ -129,7 +131,6 @@ def _measure_brax(cfg: Config) -> dict:
     host. Its evaluator's build (compiling and running the eval env's reset) is timed
     apart, as ppo_throughput.py does, and left out of `seconds` (metarl's has no
     evaluator); `with_evaluator_s` keeps it in."""
-    import jax
     import ppo_throughput as bench
     from brax import envs as brax_envs
     from brax.training.agents.ppo import train as brax_train
@@ -156,7 +157,7 @@ def _measure_brax(cfg: Config) -> dict:
         "seconds": with_evaluator - outside["evaluator_build_s"],
         "with_evaluator_s": with_evaluator,
         **outside,
-        "device": str(jax.devices()[0].device_kind),
+        "platform": provenance.platform(),  # the worker's: device, XLA_FLAGS, JAX settings
     }
 
 
@@ -185,8 +186,11 @@ def main(cfg: Config) -> None:
     args += [f"--unroll-length={cfg.unroll_length}", f"--num-minibatches={cfg.num_minibatches}"]
     args += [f"--then={cfg.then}"]
     runs = {name: [] for name in variants}
+    names = list(variants)
     for r in range(cfg.rounds):
-        for name, (variant, flags) in variants.items():
+        # each round starts with another variant, as env_throughput's rounds do
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            variant, flags = variants[name]
             env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_ENABLE_COMPILATION_CACHE="false")
             done = subprocess.run(
                 [sys.executable, __file__, *args, "--worker", variant],
@@ -214,7 +218,9 @@ def main(cfg: Config) -> None:
         )
     if cfg.out:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.out).write_text(json.dumps({"config": dataclasses.asdict(cfg), "runs": runs}))
+        software = provenance.software()
+        record = {"config": dataclasses.asdict(cfg), "software": software, "runs": runs}
+        Path(cfg.out).write_text(json.dumps(record))
         print(f"wrote {cfg.out}")
 
 

@@ -441,9 +441,11 @@ def main(cfg: Config) -> None:
         both = sorted({str(s) for s in cfg.seeds} & runs[name].keys(), key=int)
         if both:
             raise ValueError(f"--seeds {both} of {name} are already in the --merge files")
-    for seed in cfg.seeds:  # paired rounds: every trainer once per seed
-        for name, train in trainers.items():
-            runs[name][str(seed)] = r = train(seed)
+    names = list(trainers)
+    for i, seed in enumerate(cfg.seeds):  # paired rounds: every trainer once per seed,
+        # each round starting with another (Brax PPO always ran first before 2026-12-05)
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            runs[name][str(seed)] = r = trainers[name](seed)
             print(f"{name} seed {seed}: {r}", flush=True)
     first = str(cfg.seeds[0]) if cfg.seeds else None
 

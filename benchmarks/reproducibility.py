@@ -34,6 +34,8 @@ import numpy as np
 import tyro
 from _cli import check_counts, write_json
 
+from metarl import provenance
+
 MARKER = "reproducibility-result: "
 # `run_train`'s metrics that are wall-clock times, not results: they differ between
 # identical runs, so the digest leaves them out
@@ -107,6 +109,7 @@ def train_once(cfg: Config) -> dict:
         "eval_return": float(np.mean(result.mean)),
         "platform": jax.devices()[0].platform,
         "device": jax.devices()[0].device_kind,
+        "provenance": provenance.platform(),  # XLA_FLAGS and JAX settings of this process
     }
 
 
@@ -124,23 +127,21 @@ def xla_flags(setting: str) -> str:
     return " ".join(f"--{flag.strip().removeprefix('--')}" for flag in setting.split(","))
 
 
-def run_processes(cfg: Config, setting: str) -> list[dict]:
-    """`cfg.processes` fresh processes with `setting`'s flags added to XLA_FLAGS."""
+def run_process(cfg: Config, setting: str, k: int) -> dict:
+    """Process k: a fresh process with `setting`'s flags added to XLA_FLAGS."""
     env = dict(os.environ)
     env["XLA_FLAGS"] = " ".join(f for f in (env.get("XLA_FLAGS", ""), xla_flags(setting)) if f)
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # each process compiles for itself
-    results = []
-    for k in range(cfg.processes):
-        proc = subprocess.run(_child_command(cfg), env=env, capture_output=True, text=True)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARKER)]
-        if proc.returncode != 0 or not lines:
-            raise RuntimeError(
-                f"process {k} with XLA_FLAGS={env['XLA_FLAGS']!r} failed "
-                f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}"
-            )
-        results.append(json.loads(lines[-1][len(MARKER) :]))
-        print(f"  XLA_FLAGS={env['XLA_FLAGS']!r} process {k}: {results[-1]}", flush=True)
-    return results
+    proc = subprocess.run(_child_command(cfg), env=env, capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARKER)]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"process {k} with XLA_FLAGS={env['XLA_FLAGS']!r} failed "
+            f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+        )
+    result = json.loads(lines[-1][len(MARKER) :])
+    print(f"  XLA_FLAGS={env['XLA_FLAGS']!r} process {k}: {result}", flush=True)
+    return result
 
 
 def main(cfg: Config) -> dict:
@@ -151,7 +152,12 @@ def main(cfg: Config) -> dict:
         raise ValueError(f"--processes must be at least 2 to compare runs, got {cfg.processes}")
     if cfg.segments < 2:
         raise ValueError(f"--segments must be at least 2 (the first compiles), got {cfg.segments}")
-    runs = {setting: run_processes(cfg, setting) for setting in cfg.settings}
+    # process k of every setting in turn (before 2026-12-05 one setting's processes all
+    # ran, then the next's): drift in the machine's speed favours no setting's steps/s
+    runs = {setting: [] for setting in cfg.settings}
+    for k in range(cfg.processes):
+        for setting in cfg.settings:
+            runs[setting].append(run_process(cfg, setting, k))
     print(
         f"\n{cfg.env}, {cfg.core}, {cfg.num_envs} envs, {cfg.num_timesteps} steps, seed {cfg.seed}"
     )
@@ -164,7 +170,12 @@ def main(cfg: Config) -> dict:
         print(f"{setting:<40}{str(same):>12}{sps:>10,.0f}{returns:>28}")
         summary[setting] = {"same_digest": same, "steps_per_sec": sps}
     if cfg.out:
-        record = {"config": dataclasses.asdict(cfg), "runs": runs, "summary": summary}
+        record = {
+            "config": dataclasses.asdict(cfg),
+            "software": provenance.software(),
+            "runs": runs,
+            "summary": summary,
+        }
         write_json(cfg.out, record)
     return summary
 

@@ -1,12 +1,16 @@
 """Where a stocked rollout's time goes: its steps, and the refill between blocks.
 
 reset_strategy="stock" (`"auto"` off a CPU) gives every env its next `--depth` fresh
-states; PPO refills them once per unroll of that many steps (`ContextualEnv.refill`),
-and its steps take their fresh state from the stock. This times, in paired rounds of
-one process, a block of `--depth` random steps on a stocked batch, and the refill of
-the entries those steps used (`jax.vmap(env.refill)` alone), each its own jitted
+states, and its steps take their fresh state from the stock. This times, in paired
+rounds of one process, a block of `--depth` random steps on a stocked batch, and the
+refill of the entries those steps used (`jax.vmap(env.refill)` alone: every used
+entry, each env's own), each its own jitted
 program with its input donated, as PPO's carries the env state. Gravity and per-body
-mass are varied.
+mass are varied. PPO itself refills otherwise since 2026-12-04: with
+`refill_stocks`, before each unroll, in whole chunks of envs and only where an env's
+stock could run short (default `PPOConfig.stock_depth` = 2 unrolls); this script
+times the refill of a stock as deep as one block, where every used entry is refilled
+each block. `env_throughput.py --variants contextual_stock` times PPO's way.
 
     python benchmarks/stock_refill.py --env hopper --num-envs 2048 --depth 16
 

@@ -461,6 +461,29 @@ def test_the_brax_timer_wraps_for_the_call_only():
     assert "acting.Evaluator(" in source and "pmap.assert_is_replicated(" in source
 
 
+def test_ppo_throughput_gives_both_trainers_the_same_hyperparameters(monkeypatch):
+    """Every PPOConfig field Brax PPO's `train` takes by the same name is equal on both
+    sides, whether the script sets it or the side's default does (metarl's GAE lambda,
+    clipping and reward scaling are PPOConfig defaults: a changed default would have
+    broken the comparison without a word)."""
+    from brax.training.agents.ppo import train as brax_train
+
+    bench = _load("ppo_throughput")
+    cfg = bench.Config()
+    brax = bench.brax_kwargs(cfg, seed=0)
+    brax_defaults = {
+        name: p.default
+        for name, p in inspect.signature(brax_train.train).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+    ours = dataclasses.asdict(bench.metarl_config(cfg, "mlp"))
+    shared = sorted(set(ours) & (set(brax) | set(brax_defaults)))
+    assert {"gae_lambda", "clipping_epsilon", "reward_scaling", "max_grad_norm"} <= set(shared)
+    for name in shared:
+        theirs = brax.get(name, brax_defaults.get(name))
+        assert ours[name] == theirs, f"{name}: metarl {ours[name]!r}, Brax PPO {theirs!r}"
+
+
 def test_first_update_times_one_update_round_on_both_sides(monkeypatch):
     """first_update.py's Brax PPO run trains exactly one of Brax's training steps before
     its first progress report, with the env steps of one metarl iteration, and the
@@ -521,6 +544,41 @@ def test_the_stocks_first_fill_is_outside_the_timed_rollout():
         np.testing.assert_array_equal(last.info[POOL].base, last.info[TRIAL].resets)  # full
     with pytest.raises(ValueError, match=r"--stock-block 9: .* at most the stock's depth \(8\)"):
         bench.Config(stock_depth=8, stock_block=9)
+
+
+def test_env_throughputs_ratio_is_that_of_its_steps_per_second(tmp_path):
+    """One aggregate for both columns (the geometric mean over paired rounds): the
+    median paired ratio of 3 rounds was the middle round's, and a stored H200 run
+    read 0.980 there against 0.953 between its steps/s. The file keeps every
+    setting, the stock's depth among them (it decides what "contextual" is on a GPU)."""
+    bench = _load("env_throughput")
+    out = tmp_path / "et"
+    cfg = bench.Config(
+        envs=("inverted_pendulum",),
+        num_envs=(4,),
+        steps=4,
+        rounds=3,
+        variants=("plain", "contextual"),
+        stock_depth=12,
+        stock_block=4,
+        out=str(out),
+    )
+    bench.main(cfg)
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert result["config"]["stock_depth"] == 12 and result["config"]["stock_block"] == 4
+    runs = result["envs"]["inverted_pendulum"]["4"]
+    plain, ctx = runs["plain"], runs["contextual"]
+    assert plain["ratio"] == 1.0
+    np.testing.assert_allclose(ctx["ratio"], ctx["steps_per_s"] / plain["steps_per_s"], rtol=1e-12)
+    ratios = np.asarray(plain["times_s"]) / np.asarray(ctx["times_s"])
+    np.testing.assert_allclose(ctx["ratio"], np.exp(np.log(ratios).mean()), rtol=1e-12)
+    # --summarize reads the file back to the same ratio, its median beside it
+    again = bench.summarize((str(out.with_suffix(".json")),))
+    ratio, low, high, median = again[str(out.with_suffix(".json"))]["inverted_pendulum"]["4"][
+        "contextual"
+    ]
+    assert ratio == ctx["ratio"] and (low, high) == (ctx["ratio_min"], ctx["ratio_max"])
+    assert median == ctx["ratio_median"]
 
 
 def _gpu_program(monkeypatch):
