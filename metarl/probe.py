@@ -168,7 +168,9 @@ class LinearProbe:
     feature_mean: np.ndarray  # [H]
     feature_scale: np.ndarray  # [H]
     weights: np.ndarray  # [H, D']
-    mean: np.ndarray  # [D']: the fit contexts' mean
+    # [D']: the fit contexts' mean over the recorded steps (the ridge's intercept: a
+    # context whose trial ran longer counts for more steps)
+    mean: np.ndarray
     encoding: np.ndarray  # [D', H]: the memory's change per unit of each context
 
     def predict(self, features: np.ndarray) -> np.ndarray:
