@@ -619,8 +619,9 @@ class Run:
         exp = self.exp
         ranges = self._ranges()
         clock = time.perf_counter()
+        batch = exp.ppo.batch_size
         with tqdm(
-            total=steps,
+            total=-(-steps // batch) * batch,  # whole iterations, as run_train reports
             desc=f"segment {k + 1}/{segments}",
             unit="step",
             disable=not progress,
