@@ -559,21 +559,18 @@ def bench(name: str, n: int, cfg: Config) -> dict:
     for label, ts in times.items():
         ts = np.asarray(ts)
         sps = n * cfg.steps / _geomean(ts)
-        ratios = base / ts if base is not None else np.full_like(ts, np.nan)
+        paired = _paired(base if base is not None else np.full_like(ts, np.nan), ts)
         c_ratio = compile_s[label] / compile_s.get("plain", np.nan)
         print(
-            f"{label:<22}{sps:>12,.0f}{_geomean(ratios):>12.3f} "
-            f"({ratios.min():.3f}-{ratios.max():.3f})"
+            f"{label:<22}{sps:>12,.0f}{paired['ratio']:>12.3f} "
+            f"({paired['ratio_min']:.3f}-{paired['ratio_max']:.3f})"
             f"{compile_s[label]:>11.1f}{c_ratio:>7.2f}"
             f"{dones[label] / cfg.steps:>12.1f}{refills[label] / cfg.steps:>14.3f}"
             f"{fresh[label] / cfg.steps:>12.1f}"
         )
         result[label] = {
             "steps_per_s": float(sps),  # over the geometric mean of the rounds' times
-            "ratio": float(_geomean(ratios)),  # = steps_per_s / plain's steps_per_s
-            "ratio_median": float(np.median(ratios)),
-            "ratio_min": float(ratios.min()),
-            "ratio_max": float(ratios.max()),
+            **paired,  # its ratio = steps_per_s / plain's steps_per_s
             "compile_s": float(compile_s[label]),
             "compile_ratio": float(c_ratio),
             "reset_strategy": _STRATEGY.get((name, label)),
@@ -769,6 +766,18 @@ def _geomean(x: np.ndarray) -> float:
     return float(np.exp(np.mean(np.log(x))))
 
 
+def _paired(base: np.ndarray, times: np.ndarray) -> dict[str, float]:
+    """A variant's paired rounds against plain Brax's: the ratio (their geometric
+    mean), its range, and the median the files before 2026-12-05 reported."""
+    r = np.asarray(base) / np.asarray(times)
+    return {
+        "ratio": _geomean(r),
+        "ratio_median": float(np.median(r)),
+        "ratio_min": float(r.min()),
+        "ratio_max": float(r.max()),
+    }
+
+
 def _median(rows: list, i: int, part: str) -> float:
     return float(np.median([row[i].get(part, 0.0) for row in rows]))
 
@@ -835,11 +844,11 @@ def summarize(paths: tuple[str, ...]) -> dict:
                 print(f"  {'variant':<26}{'ratio (geo. mean, min-max)':>28}{'median':>9}")
                 rows = out[path].setdefault(name, {}).setdefault(n, {})
                 for label, ts in times.items():
-                    r = base / ts
-                    rows[label] = (_geomean(r), float(r.min()), float(r.max()), float(np.median(r)))
+                    p = _paired(base, ts)
+                    rows[label] = (p["ratio"], p["ratio_min"], p["ratio_max"], p["ratio_median"])
                     print(
-                        f"  {label:<26}{rows[label][0]:>12.3f} ({r.min():.3f}-{r.max():.3f})"
-                        f"{rows[label][3]:>15.3f}"
+                        f"  {label:<26}{p['ratio']:>12.3f} ({p['ratio_min']:.3f}-"
+                        f"{p['ratio_max']:.3f}){p['ratio_median']:>15.3f}"
                     )
     return out
 

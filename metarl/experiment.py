@@ -619,9 +619,8 @@ class Run:
         exp = self.exp
         ranges = self._ranges()
         clock = time.perf_counter()
-        batch = exp.ppo.batch_size
         with tqdm(
-            total=-(-steps // batch) * batch,  # whole iterations, as run_train reports
+            total=_whole_steps(exp, steps),  # as run_train reports them
             desc=f"segment {k + 1}/{segments}",
             unit="step",
             disable=not progress,
@@ -884,19 +883,23 @@ def _over_seeds(tag: str, scores: np.ndarray) -> dict[str, float]:
 MIN_TRIALS_PER_SEGMENT = 2
 
 
+def _whole_steps(exp: Experiment, steps_per_segment: int) -> int:
+    """The env steps a segment trains: whole PPO iterations, at least `steps_per_segment`."""
+    return math.ceil(steps_per_segment / exp.ppo.batch_size) * exp.ppo.batch_size
+
+
 def _note_whole_iterations(exp: Experiment, steps_per_segment: int) -> int:
-    """The env steps a segment trains: whole PPO iterations, at least `steps_per_segment`.
-    Says so where that is more than asked (a run's record keeps what was asked)."""
-    batch = exp.ppo.batch_size
-    iterations = math.ceil(steps_per_segment / batch)
-    if iterations * batch != steps_per_segment:
+    """`_whole_steps`, said where that is more than asked (a run's record keeps what
+    was asked)."""
+    batch, steps = exp.ppo.batch_size, _whole_steps(exp, steps_per_segment)
+    if steps != steps_per_segment:
         print(
             f"steps_per_segment={steps_per_segment} is not a whole number of PPO iterations "
-            f"of {batch} env steps: each segment trains {iterations} iterations, "
-            f"{iterations * batch} steps (the logged env_steps)",
+            f"of {batch} env steps: each segment trains {steps // batch} iterations, "
+            f"{steps} steps (the logged env_steps)",
             file=sys.stderr,
         )
-    return iterations * batch
+    return steps
 
 
 def check_segment_length(exp: Experiment, steps_per_segment: int) -> None:
