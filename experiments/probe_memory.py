@@ -6,8 +6,12 @@ GRU state to the hidden motor gain is fitted on `--fit-contexts` contexts drawn
 from the training ranges, then scored on the run's own held-out sets (the same
 contexts evaluation used) as out-of-sample R^2 against predicting the training
 mean, per episode of the trial (`metarl.probe`). The same probe on the GRU the
-seed started from (its initial parameters) is the control: a random recurrent
-network fed actions and rewards already carries part of the motor.
+seed started from is the control: its initial parameters, fed the observations
+the trained GRU is fed (the trained run's observation normalizer), since a random
+recurrent network fed actions and rewards already carries part of the motor. The
+network as it was initialised, normalizer too (which passes raw observations, 3-20
+times smaller than normalized ones on the puck), is printed beside it: its gap to
+the trained GRU also counts what normalizing alone gives.
 
 Prints, over seeds and per episode of a trial: R^2 and the decoding error
 (RMSE, in gain units) of both, their paired difference, and the trained
@@ -80,24 +84,36 @@ def _iqm(scores: np.ndarray) -> str:
 def main(cfg: Config) -> dict:
     gru = rl2.variants(dataclasses.replace(cfg, agents=("gru",)))["gru"]
     logdir = pathlib.Path(cfg.logdir)
-    loaded = experiment.load_run(
-        gru, logdir=logdir / "gru", seed=cfg.seed, num_seeds=cfg.num_seeds, eval_as_run=True
+    loaded = experiment.load_run(  # the segment `--segments` names (the run's last)
+        gru,
+        logdir=logdir / "gru",
+        seed=cfg.seed,
+        num_seeds=cfg.num_seeds,
+        segment=cfg.segments,
+        eval_as_run=True,
     )
     env, k = gru.env, gru.env.episodes_per_trial
     evaluator = loaded.compiled.evaluator
     fitter = E.Evaluator(env, episodes=k * cfg.fit_trials, max_contexts=cfg.fit_contexts)
-    scores = {"trained": [], "initial": []}
+    policies = {
+        "trained": loaded.policies,
+        # the control: initial parameters on the trained GRU's inputs
+        "initial": [p.replace(params=q.params) for p, q in zip(loaded.policies, loaded.initial)],
+        "as_initialised": loaded.initial,  # normalizer included
+    }
+    scores = {kind: [] for kind in policies}
     for i, seed in enumerate(loaded.seeds):
         sets = experiment.held_out_sets(gru, seed)  # the contexts evaluation scored
-        for kind, policies in (("trained", loaded.policies), ("initial", loaded.initial)):
-            scores[kind].append(_probe(gru, evaluator, fitter, policies[i], sets, seed, cfg.ridge))
+        for kind, per_seed in policies.items():
+            scores[kind].append(_probe(gru, evaluator, fitter, per_seed[i], sets, seed, cfg.ridge))
     splits = list(scores["trained"][0])
     print(
         f"\nLinear probe of the GRU's memory for the hidden motor gain, {len(loaded.seeds)} "
         f"seeds, after {loaded.segments} segments ({loaded.env_steps:,} env steps): "
         "out-of-sample R^2 against the training mean and RMSE in gain units, IQM [95% CI] "
         "over seeds; the RMSE of the trained memory minus the initial one's, paired by seed; "
-        "the trained probe's bias (mean decoded minus true gain)"
+        "the trained probe's bias (mean decoded minus true gain). Initial: the initial "
+        "parameters with the trained observation normalizer; as initialised: normalizer too"
     )
     rows = {}
     for split in splits:
@@ -113,11 +129,17 @@ def main(cfg: Config) -> dict:
                 for what, values in (("r2", r2), ("rmse", rmse), ("bias", bias))
                 for kind in scores
             }
-            change = stats.difference(rmse["trained"], rmse["initial"], paired=True)
+            change = {
+                kind: stats.format_difference(
+                    stats.difference(rmse["trained"], rmse[kind], paired=True), 2
+                )
+                for kind in ("initial", "as_initialised")
+            }
             print(
                 f"  {split:<19} episode {e + 1}: R^2 {_iqm(r2['trained'])} (initial "
-                f"{_iqm(r2['initial'])}); RMSE {_iqm(rmse['trained'])}, trained - initial "
-                f"{stats.format_difference(change, 2)}; bias {_iqm(bias['trained'])}"
+                f"{_iqm(r2['initial'])}, as initialised {_iqm(r2['as_initialised'])}); RMSE "
+                f"{_iqm(rmse['trained'])}, trained - initial {change['initial']} (- as "
+                f"initialised {change['as_initialised']}); bias {_iqm(bias['trained'])}"
             )
         for kind, per_seed in scores.items():  # R^2 at each step of a trial, per seed
             row[f"by_step_r2_{kind}"] = [s[split].by_step.tolist() for s in per_seed]

@@ -132,8 +132,13 @@ def main(cfg: Config) -> dict:
     exps = rl2.variants(dataclasses.replace(cfg, agents=("gru", "oracle")))
     logdir = pathlib.Path(cfg.logdir)
     loaded = {
-        name: experiment.load_run(
-            exp, logdir=logdir / name, seed=cfg.seed, num_seeds=cfg.num_seeds, eval_as_run=True
+        name: experiment.load_run(  # the segment `--segments` names (the run's last)
+            exp,
+            logdir=logdir / name,
+            seed=cfg.seed,
+            num_seeds=cfg.num_seeds,
+            segment=cfg.segments,
+            eval_as_run=True,
         )
         for name, exp in exps.items()
     }

@@ -182,8 +182,10 @@ def test_random_contexts_lists_each_episode_with_the_context_it_ran_in(capsys):
 
 def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
     """probe_memory trains nothing: it probes the GRU rl2_hidden_context trained (here
-    its gru variant alone, tiny), for each seed, trained and at its initial parameters.
-    steer_memory, with the oracle run too, evaluates the GRU with its memory steered."""
+    its gru variant alone, tiny), for each seed, trained and at its initial parameters
+    (on the trained observation normalizer, and with the initial one too), at the
+    segment `--segments` names. steer_memory, with the oracle run too, evaluates the
+    GRU with its memory steered."""
     probe_memory = _script("probe_memory")
     rl2 = sys.modules["rl2_hidden_context"]
     args = ["--logdir", str(tmp_path), "--num-seeds", "2", "--segments", "1"]
@@ -209,21 +211,24 @@ def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
     assert not data & {jax.random.key_data(k).tobytes() for k in fit_keys}
     with pytest.raises(ValueError, match=r"(?s)another experiment.*eval\.contexts: run has 2"):
         probe_memory.main(tyro.cli(probe_memory.Config, args=[*args, "--eval.contexts", "3"]))
+    with pytest.raises(FileNotFoundError, match=r"step 2 .*available steps: \[1\]"):
+        probe_memory.main(tyro.cli(probe_memory.Config, args=[*args, "--segments", "2"]))
     out = probe_memory.main(cfg)
     written = json.loads((tmp_path / "probe_memory.json").read_text())
     assert written == json.loads(json.dumps(out))
     assert written["seeds"] == [0, 1]
     assert set(written["splits"]) >= {"train", "interpolation", "extrapolation_low"}
     episodes = written["splits"]["train"]
-    steps = [episodes.pop(f"by_step_r2_{k}") for k in ("trained", "initial")]
-    assert [np.shape(s) for s in steps] == [(2, 90), (2, 90)]  # seeds, 3 episodes of 30
+    kinds = ("trained", "initial", "as_initialised")
+    steps = [episodes.pop(f"by_step_r2_{k}") for k in kinds]
+    assert [np.shape(s) for s in steps] == [(2, 90)] * 3  # seeds, 3 episodes of 30
     assert list(episodes) == ["episode_1", "episode_2", "episode_3"]
     for values in episodes.values():
-        assert set(values) == {
-            f"{m}_{k}" for m in ("r2", "rmse", "bias") for k in ("trained", "initial")
-        }
+        assert set(values) == {f"{m}_{k}" for m in ("r2", "rmse", "bias") for k in kinds}
         assert all(len(v) == 2 and np.all(np.isfinite(v)) for v in values.values())
         assert values["rmse_trained"] != values["rmse_initial"]  # two different memories
+        # the same initial parameters on other inputs: the trained normalizer reaches them
+        assert values["rmse_initial"] != values["rmse_as_initialised"]
 
     steer_memory = _script("steer_memory")
     steer_cfg = tyro.cli(steer_memory.Config, args=[*args, "--fit-contexts", "4"])
