@@ -14,10 +14,11 @@ times smaller than normalized ones on the puck), is printed beside it: its gap t
 the trained GRU also counts what normalizing alone gives.
 
 Prints, over seeds and per episode of a trial: R^2 and the decoding error
-(RMSE, in gain units) of both, their paired difference, and the trained
-probe's bias (decoded minus true gain: positive below the training range and
-negative above it where the memory's code squeezes a motor beyond the trained
-ones back toward them). R^2's reference, the spread of the gains about the
+(RMSE, in gain units) of each, the paired differences of the trained RMSE from
+the controls', and the trained probe's bias (decoded minus true gain: positive
+below the training range and negative above it where the memory's code squeezes
+a motor beyond the trained ones back toward them) with its paired difference
+from the control's. R^2's reference, the spread of the gains about the
 training mean, widens beyond the training range: compare splits by RMSE.
 Writes the same, with R^2 at each step of a trial per seed, to
 ``<logdir>/probe_memory.json``.
@@ -112,8 +113,9 @@ def main(cfg: Config) -> dict:
         f"seeds, after {loaded.segments} segments ({loaded.env_steps:,} env steps): "
         "out-of-sample R^2 against the training mean and RMSE in gain units, IQM [95% CI] "
         "over seeds; the RMSE of the trained memory minus the initial one's, paired by seed; "
-        "the trained probe's bias (mean decoded minus true gain). Initial: the initial "
-        "parameters with the trained observation normalizer; as initialised: normalizer too"
+        "the trained probe's bias (mean decoded minus true gain) and its difference from the "
+        "initial one's, paired by seed. Initial: the initial parameters with the trained "
+        "observation normalizer; as initialised: normalizer too"
     )
     rows = {}
     for split in splits:
@@ -135,11 +137,13 @@ def main(cfg: Config) -> dict:
                 )
                 for kind in ("initial", "as_initialised")
             }
+            squeeze = stats.difference(bias["trained"], bias["initial"], paired=True)
             print(
                 f"  {split:<19} episode {e + 1}: R^2 {_iqm(r2['trained'])} (initial "
                 f"{_iqm(r2['initial'])}, as initialised {_iqm(r2['as_initialised'])}); RMSE "
                 f"{_iqm(rmse['trained'])}, trained - initial {change['initial']} (- as "
-                f"initialised {change['as_initialised']}); bias {_iqm(bias['trained'])}"
+                f"initialised {change['as_initialised']}); bias {_iqm(bias['trained'])}, "
+                f"trained - initial {stats.format_difference(squeeze, 2)}"
             )
         for kind, per_seed in scores.items():  # R^2 at each step of a trial, per seed
             row[f"by_step_r2_{kind}"] = [s[split].by_step.tolist() for s in per_seed]
