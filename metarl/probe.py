@@ -14,10 +14,11 @@ R^2 = 1 - MSE / MSE of predicting the fit contexts' mean (1: decoded exactly;
 
 Fit on contexts drawn from the training ranges and score on fresh ones, and on
 held-out splits: a memory whose code for the context holds out of distribution
-scores there as in it. Score the agent's initial parameters too: a random
-recurrent network fed actions and rewards already carries some of the context,
-so what training adds is the difference (`experiments/probe_memory.py` does
-both, over seeds). `fit_and_score` fits on several recordings and scores every
+scores there as in it. Score the agent's initial parameters too, on the trained
+policy's observation normalizer (the initial one passes raw observations): a
+random recurrent network fed actions and rewards already carries some of the
+context, so what training adds is the difference (`experiments/probe_memory.py`
+does both, over seeds). `fit_and_score` fits on several recordings and scores every
 held-out split at once: the runner calls it after each segment where
 ``EvalConfig.probe`` asks, so the probe's figures follow training. Only the
 policy's core is probed (the value tower has its own); a feed-forward agent has
