@@ -13,8 +13,12 @@ action head reads it (`metarl.probe.steer`):
 * ``steered``: the memory moved the way it moves with the gain (the probe's
   `encoding`) until the probe decodes the env's true gain, from a trial's first
   step on: the memory told what the oracle observes;
-* ``control``: an edit of the same size at every step, in a fixed direction the
-  probe does not read: does any push of that size move the return?
+* ``control``: an edit in a fixed direction the probe does not read, at every step
+  as large as the steering edit computed on the control run's own memory: does any
+  push of that size move the return? Not a size-matched control: the control never
+  corrects the readout, the GRU carries its push into directions the probe reads,
+  and its edits grow from step to step (a read-only audit, 2026-12-05: 2 at the
+  first step, 170 by the tenth, where the steered run's stayed under 0.5);
 * ``reversed``: steered to decode the opposite gain (the motor's sign flipped): a
   policy that acts on this code then pushes the ball away;
 * ``readout``: steered to the true gain by the least change that moves the
@@ -28,7 +32,11 @@ trained on, whatever its memory holds (the head never saw a code beyond the
 trained one: the edit extrapolates it along the memory's encoding). Prints, per
 split, each condition's return and its return per episode of a trial, IQM [95%
 CI] over seeds, and their differences from ``plain``, paired by seed (mean, 95%
-t interval); writes the per-seed figures to ``<logdir>/steer_memory.json``.
+t interval), and for each of the GRU's conditions the share of envs whose memory
+left [-10, 10] at some step (the GRU's own state stays in [-1, 1]; an edit carried on
+from step to step can grow the memory without bound while the probe still decodes
+its target, and a return scored on such a memory says little about the code);
+writes the per-seed figures to ``<logdir>/steer_memory.json``.
 
     python experiments/rl2_hidden_context.py --logdir runs/rl2 --num-seeds 10 --agents gru oracle
     python experiments/steer_memory.py --logdir runs/rl2 --num-seeds 10
@@ -50,6 +58,8 @@ from metarl import experiment, stats
 from metarl import probe as P
 
 CONDITIONS = ("plain", "steered", "control", "reversed", "readout", "oracle")
+EDITED = CONDITIONS[:-1]  # the GRU's conditions, whose memory is recorded
+BOUND = 10.0  # a memory unit beyond this has left the GRU's own range ([-1, 1]) far behind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,9 +91,19 @@ def _geometry(probe: P.LinearProbe) -> dict[str, float]:
     }
 
 
+def _escaped(evaluator, policy, contexts: E.ContextSet, key) -> float:
+    """The share of the set's envs whose memory leaves [-BOUND, BOUND] (or turns
+    non-finite) at some step of their trial: an edit carried on from step to step
+    can grow the memory without bound while the probe still decodes its target."""
+    features = P.record_memory(evaluator, policy, contexts, key).features  # [N, T, H]
+    size = np.where(np.isfinite(features), np.abs(features), np.inf)
+    return float(np.mean(size.max(axis=(1, 2)) > BOUND))
+
+
 def _seed(cfg, exps, loaded, fitter, i: int) -> dict[str, dict[str, np.ndarray]]:
-    """{condition: {split: [1 + k] returns}} of the run's i-th seed, and its probe's
-    `_geometry` under "geometry"."""
+    """{condition: {split: [1 + k] returns}} of the run's i-th seed, its probe's
+    `_geometry` under "geometry" and, under "escaped", {condition: {split: the share of
+    envs whose memory left [-BOUND, BOUND]}}."""
     seed = loaded["gru"].seeds[i]
     gru, oracle = loaded["gru"].policies[i], loaded["oracle"].policies[i]
     evaluator = loaded["gru"].compiled.evaluator
@@ -92,6 +112,7 @@ def _seed(cfg, exps, loaded, fitter, i: int) -> dict[str, dict[str, np.ndarray]]
     sets = experiment.held_out_sets(exps["gru"], seed)
     oracle_sets = experiment.held_out_sets(exps["oracle"], seed)
     out = {c: {} for c in CONDITIONS} | {"geometry": _geometry(probe)}
+    out["escaped"] = {c: {} for c in EDITED}
     for split, s in sets.items():
         if any(not np.array_equal(v, oracle_sets[split].values[n]) for n, v in s.values.items()):
             raise SystemExit(f"the oracle's {split!r} contexts are not the gru's: another run?")
@@ -106,6 +127,15 @@ def _seed(cfg, exps, loaded, fitter, i: int) -> dict[str, dict[str, np.ndarray]]
         }
         for condition, result in runs.items():
             out[condition][split] = _returns(result)
+        policies = {
+            "plain": gru,
+            "steered": P.steer_policy(evaluator, gru, probe, s, **steer),
+            "control": P.steer_policy(evaluator, gru, probe, s, control=True, **steer),
+            "reversed": P.steer_policy(evaluator, gru, probe, _flipped(s), **steer),
+            "readout": P.steer_policy(evaluator, gru, probe, s, along="readout", **steer),
+        }
+        for condition, policy in policies.items():
+            out["escaped"][condition][split] = _escaped(evaluator, policy, s, key)
     return out
 
 
@@ -170,6 +200,18 @@ def main(cfg: Config) -> dict:
         f"{stats.format_iqm(stats.summarize(geometry['readout_move']), 2)} along the readout "
         "(Euclidean norm, the memory's units)"
     )
+    escaped = {
+        c: {split: np.asarray([s["escaped"][c][split] for s in per_seed]) for split in sets}
+        for c, sets in per_seed[0]["escaped"].items()
+    }
+    print(
+        f"\n  envs whose memory left [-{BOUND:g}, {BOUND:g}] at some step of a trial (the GRU's "
+        "own state stays in [-1, 1]): mean share over seeds, and the seeds with any"
+    )
+    print("    " + f"{'':<18}" + "".join(f"{x:>20}" for x in per_seed[0]["plain"]))
+    for c, splits in escaped.items():
+        cells = [f"{v.mean():.2f} ({int(np.sum(v > 0))} seeds)" for v in splits.values()]
+        print("    " + f"{c:<18}" + "".join(f"{x:>20}" for x in cells))
     out = {
         "seeds": loaded["gru"].seeds,
         "env_steps": loaded["gru"].env_steps,
@@ -179,6 +221,9 @@ def main(cfg: Config) -> dict:
             for c in CONDITIONS
         },
         "geometry": {g: v.tolist() for g, v in geometry.items()},  # per seed
+        "escaped": {  # condition -> split -> per seed
+            c: {split: v.tolist() for split, v in splits.items()} for c, splits in escaped.items()
+        },
     }
     (logdir / "steer_memory.json").write_text(json.dumps(out, indent=1))
     return out

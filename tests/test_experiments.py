@@ -248,6 +248,10 @@ def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
     assert returns["reversed"] != returns["plain"]  # the edits reach the actions
     for condition, splits in returns.items():
         assert all(np.all(np.isfinite(v)) for v in splits.values()), condition
+    escaped = steered["escaped"]  # the share of envs whose memory left [-10, 10]
+    assert list(escaped) == ["plain", "steered", "control", "reversed", "readout"]
+    assert all(v == [0.0, 0.0] for v in escaped["plain"].values())  # a GRU's state: [-1, 1]
+    assert all(0 <= x <= 1 for splits in escaped.values() for v in splits.values() for x in v)
     geometry = steered["geometry"]
     assert all(0 <= c <= 1 for c in geometry["cosine"])
     assert all(e >= r > 0 for e, r in zip(geometry["encoding_move"], geometry["readout_move"]))
