@@ -353,8 +353,12 @@ class SteeredPolicy(struct.PyTreeNode):
     updates it and before the action head reads it (the edited state is also what
     it carries on): ``features += strength * edit``, where edit moves the features
     along `along`'s columns by what makes the probe's readout (``features @
-    readout.T + offset``) equal `target`, or with `control` is one of the same size
-    along `direction`, which the readout does not see. Built by `steer_policy`;
+    readout.T + offset``) equal `target`, or with `control` is one as large along
+    `direction`, which the readout does not see (as large as the steering edit this
+    memory would get: the control run's own, which grows where the core carries the
+    push into what the readout sees; not the steered run's sizes). The edited state
+    is carried on, so a memory can grow without bound while the readout decodes
+    `target`: check it with `record_memory`. Built by `steer_policy`;
     used as a Policy by `Evaluator.evaluate` and `record_memory` (its envs are
     theirs, row for row)."""
 
