@@ -117,17 +117,7 @@ def _seed(cfg, exps, loaded, fitter, i: int) -> dict[str, dict[str, np.ndarray]]
         if any(not np.array_equal(v, oracle_sets[split].values[n]) for n, v in s.values.items()):
             raise SystemExit(f"the oracle's {split!r} contexts are not the gru's: another run?")
         steer = dict(strength=cfg.strength, seed=seed)
-        runs = {
-            "plain": evaluator.evaluate(gru, s, key),
-            "steered": P.steer(evaluator, gru, probe, s, key, **steer),
-            "control": P.steer(evaluator, gru, probe, s, key, control=True, **steer),
-            "reversed": P.steer(evaluator, gru, probe, s, key, to=_flipped(s), **steer),
-            "readout": P.steer(evaluator, gru, probe, s, key, along="readout", **steer),
-            "oracle": loaded["oracle"].compiled.evaluator.evaluate(oracle, s, key),
-        }
-        for condition, result in runs.items():
-            out[condition][split] = _returns(result)
-        policies = {
+        policies = {  # `P.steer`'s policies, each evaluated and its memory recorded
             "plain": gru,
             "steered": P.steer_policy(evaluator, gru, probe, s, **steer),
             "control": P.steer_policy(evaluator, gru, probe, s, control=True, **steer),
@@ -135,7 +125,10 @@ def _seed(cfg, exps, loaded, fitter, i: int) -> dict[str, dict[str, np.ndarray]]
             "readout": P.steer_policy(evaluator, gru, probe, s, along="readout", **steer),
         }
         for condition, policy in policies.items():
+            out[condition][split] = _returns(evaluator.evaluate(policy, s, key))
             out["escaped"][condition][split] = _escaped(evaluator, policy, s, key)
+        oracle_run = loaded["oracle"].compiled.evaluator.evaluate(oracle, s, key)
+        out["oracle"][split] = _returns(oracle_run)
     return out
 
 
