@@ -13,12 +13,12 @@ action head reads it (`metarl.probe.steer`):
 * ``steered``: the memory moved the way it moves with the gain (the probe's
   `encoding`) until the probe decodes the env's true gain, from a trial's first
   step on: the memory told what the oracle observes;
-* ``control``: an edit in a fixed direction the probe does not read, at every step
-  as large as the steering edit computed on the control run's own memory: does any
-  push of that size move the return? Not a size-matched control: the control never
-  corrects the readout, the GRU carries its push into directions the probe reads,
-  and its edits grow from step to step (a read-only audit, 2026-12-05: 2 at the
-  first step, 170 by the tenth, where the steered run's stayed under 0.5);
+* ``control``: the steered run's edits replayed at their sizes, env by env and
+  step by step, along one fixed direction the probe does not read
+  (`metarl.probe.control_policy`): does a push of the steering's size move the
+  return, whatever the memory decodes? (Until 2026-12-06 the control sized its
+  edit from its own memory, never corrected the readout, and its edits grew from
+  2 at the first step to 170 by the tenth: every env's memory left [-10, 10].)
 * ``reversed``: steered to decode the opposite gain (the motor's sign flipped): a
   policy that acts on this code then pushes the ball away;
 * ``readout``: steered to the true gain by the least change that moves the
@@ -116,13 +116,15 @@ def _seed(cfg, exps, loaded, fitter, i: int) -> dict[str, dict[str, np.ndarray]]
     for split, s in sets.items():
         if any(not np.array_equal(v, oracle_sets[split].values[n]) for n, v in s.values.items()):
             raise SystemExit(f"the oracle's {split!r} contexts are not the gru's: another run?")
-        steer = dict(strength=cfg.strength, seed=seed)
+        steered = P.steer_policy(evaluator, gru, probe, s, strength=cfg.strength)
         policies = {  # `P.steer`'s policies, each evaluated and its memory recorded
             "plain": gru,
-            "steered": P.steer_policy(evaluator, gru, probe, s, **steer),
-            "control": P.steer_policy(evaluator, gru, probe, s, control=True, **steer),
-            "reversed": P.steer_policy(evaluator, gru, probe, _flipped(s), **steer),
-            "readout": P.steer_policy(evaluator, gru, probe, s, along="readout", **steer),
+            "steered": steered,
+            "control": P.control_policy(evaluator, steered, s, key, seed=seed),
+            "reversed": P.steer_policy(evaluator, gru, probe, _flipped(s), strength=cfg.strength),
+            "readout": P.steer_policy(
+                evaluator, gru, probe, s, along="readout", strength=cfg.strength
+            ),
         }
         for condition, policy in policies.items():
             out[condition][split] = _returns(evaluator.evaluate(policy, s, key))

@@ -33,11 +33,12 @@ memory the way it moves when the context changes (``along="encoding"``, the
 regression of the memory on the context), or by the least change that moves the
 readout (``along="readout"``): the two can differ by an order of magnitude in
 size, the readout's direction being nearly orthogonal to the encoding's. If
-the return moves with the decoded context, the policy acts on that code;
-``control=True`` makes an edit of the same size at every step in a fixed
-direction the probe does not read (it decodes what it did), the check that a
-return change is the code's and not any perturbation's; ``strength`` scales the
-edit (0: none, the plain policy's evaluation exactly).
+the return moves with the decoded context, the policy acts on that code.
+`control_policy` is the check that a return change is the code's and not any
+push's: it replays a steered run's edits, env by env and step by step at their
+recorded sizes, along one fixed direction the probe does not read (it decodes
+what it did). ``strength`` scales the edit (0: none, the plain policy's
+evaluation exactly).
 """
 
 from __future__ import annotations
@@ -129,8 +130,8 @@ def _recorder(evaluator: Evaluator):
             return (state, carry, active & (state.info[TRIAL].new_trial == 0)), (memory, episode)
 
         init = (state, policy.init_carry(n), jnp.ones((n,), bool))
-        _, (memory, episode) = jax.lax.scan(body, init, None, length=steps)
-        return memory.swapaxes(0, 1), episode.swapaxes(0, 1), targets
+        (_, carry, _), (memory, episode) = jax.lax.scan(body, init, None, length=steps)
+        return memory.swapaxes(0, 1), episode.swapaxes(0, 1), targets, carry
 
     _RECORDERS[evaluator] = jax.jit(rollout)
     return _RECORDERS[evaluator]
@@ -142,7 +143,7 @@ def record_memory(evaluator: Evaluator, policy, contexts: ContextSet, key: jax.A
     compilation per evaluator for every set and policy of its TrainSpace."""
     _memory_states(policy, "record_memory", "between steps; probe")
     ranges, c = evaluator.ranges(contexts)
-    memory, episode, targets = map(np.asarray, _recorder(evaluator)(policy, ranges, key))
+    memory, episode, targets = map(np.asarray, _recorder(evaluator)(policy, ranges, key)[:3])
     keep = c * evaluator.trials  # the envs of the set's own contexts, not the padding
     return Memory(
         split=contexts.split,
@@ -348,19 +349,32 @@ def _values(env, contexts: ContextSet) -> np.ndarray:
     return np.concatenate(out, axis=-1)
 
 
+class SteeredCarry(struct.PyTreeNode):
+    """A `SteeredPolicy`'s carry: the agent's, the rollout's step, and the size of the
+    edit made in each env at each step so far (what `control_policy` replays)."""
+
+    inner: Any  # the agent's carry
+    step: jax.Array  # int32 []: the steps taken since `init_carry`
+    sizes: jax.Array  # [T, N]: the norm of the edit made at step t in env i (0 not yet)
+
+    @property
+    def policy(self):
+        """The core's state, as the agent's carry holds it (what `record_memory` records)."""
+        return self.inner.policy
+
+
 class SteeredPolicy(struct.PyTreeNode):
     """A recurrent `Policy` whose core state is edited at every step, after the core
     updates it and before the action head reads it (the edited state is also what
     it carries on): ``features += strength * edit``, where edit moves the features
     along `along`'s columns by what makes the probe's readout (``features @
-    readout.T + offset``) equal `target`, or with `control` is one as large along
-    `direction`, which the readout does not see (as large as the steering edit this
-    memory would get: the control run's own, which grows where the core carries the
-    push into what the readout sees; not the steered run's sizes). The edited state
-    is carried on, so a memory can grow without bound while the readout decodes
-    `target`: check it with `record_memory`. Built by `steer_policy`;
-    used as a Policy by `Evaluator.evaluate` and `record_memory` (its envs are
-    theirs, row for row)."""
+    readout.T + offset``) equal `target`. A control (`control_policy`) instead
+    moves them along `direction`, which the readout does not see, by the size
+    `replay` gives for the step and env: a steered run's own edit sizes. The edited
+    state is carried on, so a memory can grow without bound while the readout
+    decodes `target`: check it with `record_memory`. Built by `steer_policy` and
+    `control_policy`; used as a Policy by `Evaluator.evaluate` and `record_memory`
+    (its envs are theirs, row for row)."""
 
     policy: Any
     readout: jax.Array  # [D', F]
@@ -369,28 +383,37 @@ class SteeredPolicy(struct.PyTreeNode):
     target: jax.Array  # [N, D']: what each env's memory is made to decode
     direction: jax.Array  # [F]: unit, readout @ direction = 0 (control only)
     strength: jax.Array  # []
+    replay: jax.Array  # [T, N]: the control's edit size at step t in env i
     control: jax.Array  # [] bool (a leaf: steered and control runs share one program)
 
     @property
     def agent(self):
         return self.policy.agent
 
-    def init_carry(self, batch: int):
-        return self.policy.init_carry(batch)
+    def init_carry(self, batch: int) -> SteeredCarry:
+        steps = self.replay.shape[0]
+        return SteeredCarry(
+            self.policy.init_carry(batch), jnp.int32(0), jnp.zeros((steps, batch), jnp.float32)
+        )
 
-    def observe(self, carry, action, state):
-        return self.policy.observe(carry, action, state)
+    def observe(self, carry: SteeredCarry, action, state) -> SteeredCarry:
+        return carry.replace(inner=self.policy.observe(carry.inner, action, state))
 
-    def edit(self, features: jax.Array) -> jax.Array:
-        """[N, F] -> [N, F]: the features edited as the head will read them."""
+    def delta(self, features: jax.Array, step=0) -> jax.Array:
+        """[N, F] -> [N, F]: the edit made to the features at rollout step `step`."""
         missing = self.target - (features @ self.readout.T + self.offset)  # [N, D']
-        delta = missing @ self.along.T
-        size = jnp.linalg.norm(delta, axis=-1, keepdims=True)
-        delta = jnp.where(self.control, size * self.direction, delta)
-        return features + self.strength * delta
+        size = self.replay[jnp.minimum(step, self.replay.shape[0] - 1)]  # [N]
+        return jnp.where(
+            self.control, size[:, None] * self.direction, self.strength * (missing @ self.along.T)
+        )
 
-    def __call__(self, obs, carry, key=None):
-        p, agent = self.policy, self.policy.agent
+    def edit(self, features: jax.Array, step=0) -> jax.Array:
+        """[N, F] -> [N, F]: the features edited at rollout step `step`, as the head
+        will read them."""
+        return features + self.delta(features, step)
+
+    def __call__(self, obs, carry: SteeredCarry, key=None):
+        p, agent, inner = self.policy, self.policy.agent, carry.inner
         p._check_observation(obs)  # noqa: SLF001 - the Policy's own check
         tower, params = agent.towers()[0], p.params["policy"]
 
@@ -399,19 +422,25 @@ class SteeredPolicy(struct.PyTreeNode):
             x = tower.apply(params, actor_in, method="encode")
             return tower.apply(params, c.policy, x, c.reset, method="recur")[0]
 
-        state = jax.vmap(core)(obs, carry)
+        state = jax.vmap(core)(obs, inner)
         leaves, tree = jax.tree.flatten(state)
         sizes = np.cumsum([x.shape[-1] for x in leaves])[:-1]
-        edited = jnp.split(self.edit(jnp.concatenate(leaves, -1)), sizes, -1)
-        state = jax.tree.unflatten(tree, edited)
+        features = jnp.concatenate(leaves, -1)
+        delta = self.delta(features, carry.step)
+        state = jax.tree.unflatten(tree, jnp.split(features + delta, sizes, -1))
 
         # the head reads the core's output: a GRU's state, an LSTM's h (its last leaf)
         def act(h):  # one env's action, as `Agent.act` takes it
             return agent.head.postprocess(agent.head.mode(tower.apply(params, h, method="decode")))
 
-        action = jax.vmap(act)(edited[-1])
-        zero = jnp.zeros_like(carry.reset)
-        return action, carry.replace(policy=state, reset=zero, new_episode=zero)
+        action = jax.vmap(act)(jax.tree.leaves(state)[-1])
+        zero = jnp.zeros_like(inner.reset)
+        t = jnp.minimum(carry.step, carry.sizes.shape[0] - 1)
+        return action, SteeredCarry(
+            inner.replace(policy=state, reset=zero, new_episode=zero),
+            carry.step + 1,
+            carry.sizes.at[t].set(jnp.linalg.norm(delta, axis=-1)),
+        )
 
 
 def steer_policy(
@@ -422,15 +451,13 @@ def steer_policy(
     *,
     along: str = "encoding",
     strength: float = 1.0,
-    control: bool = False,
-    seed: int = 0,
 ) -> SteeredPolicy:
     """`policy` (deterministic, recurrent) with its memory steered, in the envs of
     `evaluator` running a set of ``len(to)`` contexts, so that the probe decodes
     context i of `to` in the envs of context i (the padding's envs: the last one).
     `along`: "encoding" moves the memory the way it moves with the context
     (`LinearProbe.encoding`), "readout" by the smallest change (in the readout's
-    own directions). `control` draws its direction from `seed`."""
+    own directions)."""
     if along not in STEER_ALONG:
         raise ValueError(f"steer: along={along!r}; choose one of {list(STEER_ALONG)}")
     states = _memory_states(policy, "steer", "to steer; steer")
@@ -467,9 +494,8 @@ def steer_policy(
     offset = probe.mean - probe.feature_mean @ readout.T
     target = _values(evaluator.env, to)[:, probe.dims]
     target = target[np.minimum(np.arange(evaluator.max_contexts), c - 1)]
-    inverse = np.linalg.pinv(readout)  # [F, D']: the smallest edit's map
     if along == "readout":
-        columns = inverse
+        columns = np.linalg.pinv(readout)  # [F, D']: the smallest edit's map
     else:  # the encoding's directions, scaled so that the readout sees the change asked
         seen = readout @ probe.encoding.T  # [D', D']: what the readout sees of a unit move
         if np.linalg.cond(seen) > 1e6:
@@ -479,18 +505,66 @@ def steer_policy(
                 '"encoding" cannot make it decode a chosen context; use along="readout"'
             )
         columns = probe.encoding.T @ np.linalg.inv(seen)
-    direction = np.random.default_rng(seed).standard_normal(features)
-    direction -= inverse @ (readout @ direction)  # out of the readout's row space
     f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    n = evaluator.max_contexts * evaluator.trials
+    steps = evaluator.env.episodes_per_trial * evaluator.env.episode_length
     return SteeredPolicy(
         policy=policy,
         readout=f32(readout),
         offset=f32(offset),
         along=f32(columns),
         target=f32(np.repeat(target, evaluator.trials, axis=0)),
-        direction=f32(direction / np.linalg.norm(direction)),
+        direction=jnp.zeros((features,), jnp.float32),
         strength=f32(strength),
-        control=jnp.asarray(bool(control)),
+        replay=jnp.zeros((steps, n), jnp.float32),
+        control=jnp.asarray(False),
+    )
+
+
+def control_policy(
+    evaluator: Evaluator,
+    steered: SteeredPolicy,
+    contexts: ContextSet,
+    key: jax.Array,
+    *,
+    seed: int = 0,
+) -> SteeredPolicy:
+    """The size-matched control of `steered`: runs it on `contexts` with `key` (as
+    `evaluator.evaluate` would), records the size of the edit it made in each env at
+    each step, and returns the policy that makes edits of those sizes, in the same
+    env at the same step, along one fixed unit direction (drawn from `seed`) that
+    the probe's readout does not see. Evaluate it on the same contexts with the same
+    key: a return it changes was changed by a push of the steered run's size, not
+    by the decoded context. One compilation per evaluator, shared with
+    `record_memory` of a steered policy."""
+    if not isinstance(steered, SteeredPolicy) or bool(steered.control):
+        raise ValueError(
+            "control_policy: give the steered policy (steer_policy's) whose edits to "
+            f"replay, not {type(steered).__name__}"
+            + (" built by control_policy" if isinstance(steered, SteeredPolicy) else "")
+        )
+    if len(contexts) > evaluator.max_contexts:
+        raise ValueError(
+            f"control_policy: {len(contexts)} contexts; the evaluator runs at most "
+            f"{evaluator.max_contexts} at once"
+        )
+    n = evaluator.max_contexts * evaluator.trials
+    steps = evaluator.env.episodes_per_trial * evaluator.env.episode_length
+    if steered.replay.shape != (steps, n):
+        raise ValueError(
+            f"control_policy: the steered policy was built for {steered.replay.shape[1]} "
+            f"envs of {steered.replay.shape[0]} steps, this evaluator runs {n} of {steps}: "
+            "build it with steer_policy on this evaluator"
+        )
+    ranges, _ = evaluator.ranges(contexts)
+    sizes = _recorder(evaluator)(steered, ranges, key)[3].sizes
+    readout = np.asarray(steered.readout, np.float64)
+    direction = np.random.default_rng(seed).standard_normal(readout.shape[1])
+    direction -= np.linalg.pinv(readout) @ (readout @ direction)  # out of the readout's rows
+    return steered.replace(
+        direction=jnp.asarray(direction / np.linalg.norm(direction), jnp.float32),
+        replay=sizes,
+        control=jnp.asarray(True),
     )
 
 
@@ -504,21 +578,17 @@ def steer(
     to: ContextSet | None = None,
     along: str = "encoding",
     strength: float = 1.0,
-    control: bool = False,
-    seed: int = 0,
 ) -> EvalResult:
     """`evaluator.evaluate` of `policy` on `contexts` (at most ``max_contexts``) with
     its memory steered so that the probe decodes, in the envs of context i, context i
     of `to` (default `contexts`: the context each env runs); see `SteeredPolicy`.
-    One compilation per evaluator and agent, whatever the sets, probe, direction,
-    strength and control."""
+    One compilation per evaluator and agent, whatever the sets, probe, strength and
+    control (`control_policy`)."""
     to = contexts if to is None else to
     if len(to) != len(contexts):
         raise ValueError(
             f"steer: `to` holds {len(to)} contexts for the {len(contexts)} of "
             f"{contexts.split!r}: give one to decode per context run"
         )
-    steered = steer_policy(
-        evaluator, policy, probe, to, along=along, strength=strength, control=control, seed=seed
-    )
+    steered = steer_policy(evaluator, policy, probe, to, along=along, strength=strength)
     return evaluator.evaluate(steered, contexts, key)

@@ -208,20 +208,29 @@ def test_a_steered_memory_decodes_the_context_asked_for_and_acts_on_it(
         own_decoded, own.targets[:, :1].repeat(own_decoded.shape[1], 1), atol=2e-4
     )
 
-    control = P.steer_policy(evaluator, policy, probe, to, along=along, control=True)
+    # the size-matched control replays the steered run's edit sizes, env by env and
+    # step by step, along a direction the readout does not see
+    control = P.control_policy(evaluator, steered, run, key)
+    sizes = np.asarray(control.replay)  # [T, envs]
+    first_edit = memory.features[:, 0] - unsteered.features[:, 0]  # the same core state before
+    np.testing.assert_allclose(np.linalg.norm(first_edit, axis=-1), sizes[0, :6], rtol=1e-4)
+    assert np.all(sizes[:, :6] > 0)
+    controlled = P.record_memory(evaluator, control, run, key)
+    moved = controlled.features[:, 0] - unsteered.features[:, 0]
+    np.testing.assert_allclose(np.linalg.norm(moved, axis=-1), sizes[0, :6], rtol=1e-4)
+    np.testing.assert_allclose(
+        probe.predict(controlled.features[:, 0]), probe.predict(unsteered.features[:, 0]), atol=2e-4
+    )
     features = jnp.asarray(unsteered.features[:, 3], jnp.float32)
     pad = jnp.concatenate([features, features[-2:]])  # the padding context's envs
-    moved = np.asarray(control.edit(pad))[:6] - unsteered.features[:, 3]
+    later = np.asarray(control.edit(pad, 3))[:6]
+    np.testing.assert_allclose(
+        np.linalg.norm(later - unsteered.features[:, 3], axis=-1), sizes[3, :6], rtol=1e-3
+    )
+    np.testing.assert_allclose(
+        probe.predict(later), probe.predict(unsteered.features[:, 3]), atol=2e-4
+    )
     edit = np.asarray(steered.edit(pad))[:6] - unsteered.features[:, 3]
-    np.testing.assert_allclose(
-        probe.predict(np.asarray(control.edit(pad))[:6]),
-        probe.predict(unsteered.features[:, 3]),
-        atol=2e-4,
-    )
-    np.testing.assert_allclose(
-        np.linalg.norm(moved, axis=-1), np.linalg.norm(edit, axis=-1), rtol=1e-4
-    )
-    assert np.linalg.norm(moved, axis=-1).min() > 0
     encoding = probe.encoding[0] / np.linalg.norm(probe.encoding[0])
     cosine = np.abs(edit @ encoding) / np.linalg.norm(edit, axis=-1)
     readout = probe.weights[:, 0] / probe.feature_scale  # the smallest edit lies along it
@@ -273,3 +282,12 @@ def test_steering_refuses_what_it_cannot_do(env, evaluator, policy):
         P.steer_policy(evaluator, policy, probe, E.ContextSet("x", {"motor": np.ones(2)}))
     with pytest.raises(ValueError, match="strength must be a finite number"):
         P.steer_policy(evaluator, policy, probe, run, strength=float("nan"))
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match="give the steered policy .* not Policy"):
+        P.control_policy(evaluator, policy, run, key)
+    steered = P.steer_policy(evaluator, policy, probe, run)
+    with pytest.raises(ValueError, match="not SteeredPolicy built by control_policy"):
+        P.control_policy(evaluator, P.control_policy(evaluator, steered, run, key), run, key)
+    other = E.Evaluator(env, episodes=evaluator.env.episodes_per_trial, max_contexts=2)
+    with pytest.raises(ValueError, match="built for 8 envs of .* this evaluator runs 2 of"):
+        P.control_policy(other, steered, run, key)
