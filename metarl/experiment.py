@@ -128,6 +128,7 @@ class RunArgs:
     seed: int = 0
     num_seeds: int = 1  # seeds seed, seed+1, ... trained in one compiled program
     resume: Literal["auto", "never", "force"] = "auto"
+    keep_checkpoints: int = 2  # the latest segments' checkpoints kept (0: every segment's)
 
     def run_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of `run` these fields set."""
@@ -479,9 +480,11 @@ class Run:
         seed: int,
         num_seeds: int,
         compiled: Compiled | None = None,
+        keep_checkpoints: int = 2,
     ):
         _check_seed(exp, seed, num_seeds)
         self.exp, self.seed, self.num_seeds = exp, seed, num_seeds
+        self.keep_checkpoints = keep_checkpoints
         self.logdir = pathlib.Path(logdir)
         if compiled is not None and not compiled.fits(exp, num_seeds):
             raise ValueError("compiled: built for another env, PPO config, seed count or eval size")
@@ -664,7 +667,8 @@ class Run:
         self.rows.append(self._row(k + 1, step, metrics, results))
         write_json(self.logdir / HISTORY, self.rows)
         seconds["log"], clock = time.perf_counter() - clock, time.perf_counter()
-        checkpoint.save(self.logdir / CHECKPOINTS, k + 1, self._state(k + 1), keep=2)
+        keep = self.keep_checkpoints or segments  # 0: every segment's
+        checkpoint.save(self.logdir / CHECKPOINTS, k + 1, self._state(k + 1), keep=keep)
         seconds["checkpoint"] = time.perf_counter() - clock
         # after the checkpoint, at the segment's step: a resume keeps these points
         self._log_seconds(loggers, step, seconds, ("log", "checkpoint"))
@@ -945,6 +949,16 @@ def check_segment_length(exp: Experiment, steps_per_segment: int) -> None:
         )
 
 
+def _check_keep(keep_checkpoints: int) -> None:
+    if not isinstance(keep_checkpoints, int | np.integer) or isinstance(keep_checkpoints, bool):
+        raise ValueError(f"keep_checkpoints must be an integer, got {keep_checkpoints!r}")
+    if keep_checkpoints < 0:
+        raise ValueError(
+            f"keep_checkpoints must be >= 1 (the latest segments' kept) or 0 (every "
+            f"segment's), got {keep_checkpoints}"
+        )
+
+
 def run(
     exp: Experiment,
     *,
@@ -958,12 +972,16 @@ def run(
     compiled: Compiled | None = None,
     progress: bool = True,
     table: bool = True,
+    keep_checkpoints: int = 2,
 ) -> list[dict]:
     """Runs (or resumes) the experiment; returns one summary row per segment.
 
     `hparams`: the script's config (logged to TensorBoard's HParams tab and
     recorded in ``run.json``). `compiled`: pieces from `compile_experiment` to
     share. With `num_seeds` > 1 every row value is a list over seeds.
+    `keep_checkpoints`: how many of the latest segments' checkpoints stay on disk
+    (0: every segment's, for `load_run(segment=...)` after the run); it changes no
+    number, so a resume may change it.
     Ctrl-C (SIGINT) or SIGTERM stops at the next chunk of the segment in
     progress (or, arriving after its last chunk, once the segment is saved),
     keeps the last checkpoint and exits with status 130.
@@ -976,6 +994,7 @@ def run(
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     check_seeds(seed, num_seeds)
+    _check_keep(keep_checkpoints)
     if resume not in RESUME_MODES:
         raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
     if jax.process_count() > 1:
@@ -987,7 +1006,7 @@ def run(
         )
     check_segment_length(exp, steps_per_segment)
     _note_whole_iterations(exp, steps_per_segment)
-    r = Run(exp, logdir, seed, num_seeds, compiled)
+    r = Run(exp, logdir, seed, num_seeds, compiled, keep_checkpoints)
     with contextlib.ExitStack() as stack, _interruptible() as flag:
         stack.enter_context(exclusive(r.logdir))
         _segments(r, stack, flag, segments, steps_per_segment, hparams, resume, progress)
@@ -1133,14 +1152,16 @@ def run_variants(
     num_seeds: int = 1,
     resume: str = "auto",
     hparams: Any = None,
+    keep_checkpoints: int = 2,
 ) -> dict[str, list[dict]]:
     """Runs each experiment under ``<logdir>/<name>`` (same budget, seeds and held-out
     sets), sharing compiled pieces between variants of the same env and settings,
-    and prints one comparison line per variant."""
+    and prints one comparison line per variant (`keep_checkpoints`: as `run`'s)."""
     if not isinstance(variants, Mapping) or not variants:
         raise ValueError(
             f"run_variants takes a non-empty dict of name -> Experiment, got {variants!r}"
         )
+    _check_keep(keep_checkpoints)
     for name, exp in variants.items():  # before any variant trains: a refused
         check_segment_length(exp, steps_per_segment)  # variant leaves the others as they were
         _check_seed(exp, seed, num_seeds)
@@ -1171,6 +1192,7 @@ def run_variants(
             hparams=hparams,
             compiled=compiled,
             table=False,
+            keep_checkpoints=keep_checkpoints,
         )
     print_comparison(results, logdir, apart)
     return results

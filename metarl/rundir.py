@@ -77,7 +77,7 @@ def describe_run(
             "env.model": model_digest(exp.env),
         }
     )
-    for key in ("logdir", "resume"):
+    for key in ("logdir", "resume", "keep_checkpoints"):  # they decide no number
         config.pop(key, None)
     return json.loads(json.dumps(config, default=str))  # as run.json will hold it
 

@@ -676,6 +676,27 @@ ROWS = [
         "resume must be one of",
     ),
     (
+        "run keep_checkpoints -1",
+        lambda: experiment.run(
+            None, logdir="/tmp/x", segments=1, steps_per_segment=1, seed=0, keep_checkpoints=-1
+        ),
+        ValueError,
+        "keep_checkpoints must be >= 1 (the latest segments' kept) or 0 (every segment's)",
+    ),
+    (
+        "run_variants keep_checkpoints 1.5",
+        lambda: experiment.run_variants(
+            {"a": None},
+            logdir="/tmp/x",
+            segments=1,
+            steps_per_segment=1,
+            seed=0,
+            keep_checkpoints=1.5,
+        ),  # fmt: skip
+        ValueError,
+        "keep_checkpoints must be an integer, got 1.5",
+    ),
+    (
         "run segments 0",
         lambda: experiment.run(None, logdir="/tmp/x", segments=0, steps_per_segment=1, seed=0),
         ValueError,

@@ -116,17 +116,20 @@ def _hparams_sessions(logdir) -> list[tuple[int, dict]]:
 def test_resumed_run_logs_exactly_what_an_uninterrupted_run_logs(exp, compiled, tmp_path):
     """Also with the stock's entries checkpointed thinned, one per env, and computed
     again on resume (`ppo.thin_env_state`, `ppo.restock_env_state`), and the memory
-    probe logged after each segment."""
+    probe logged after each segment. How many checkpoints a run keeps changes no
+    number, and a resume may change it: the whole run keeps every segment's."""
     exp = replace(exp, eval=replace(exp.eval, probe=1))
-    whole = _run(exp, compiled, tmp_path / "whole", 3)
+    whole = _run(exp, compiled, tmp_path / "whole", 3, keep_checkpoints=0)
+    assert checkpoint.all_steps(tmp_path / "whole" / rundir.CHECKPOINTS) == [1, 2, 3]
     _run(exp, compiled, tmp_path / "parts", 2)  # then "killed" and rerun for 3 segments
     # the leaves on disk ([key path, shape, dtype], in orbax's metadata of the step)
     step = tmp_path / "parts" / rundir.CHECKPOINTS / "2" / "_CHECKPOINT_METADATA"
     leaves = json.loads(step.read_text())["custom_metadata"]["leaves"]
     entries = [shape for path, shape, _ in leaves if ".entries" in path]
     assert entries and {tuple(shape[:2]) for shape in entries} == {(CONFIG.num_envs, 1)}
-    parts = _run(exp, compiled, tmp_path / "parts", 3)
+    parts = _run(exp, compiled, tmp_path / "parts", 3, keep_checkpoints=1)
     assert parts == whole
+    assert checkpoint.all_steps(tmp_path / "parts" / rundir.CHECKPOINTS) == [3]
     a = _timed_free(read_scalars(tmp_path / "whole"))
     b = _timed_free(read_scalars(tmp_path / "parts"))
     assert sorted(a) == sorted(b)
