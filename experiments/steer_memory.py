@@ -27,16 +27,17 @@ action head reads it (`metarl.probe.steer`):
 
 The oracle (the MLP that observes the gain) runs the same contexts. If steering
 closes the GRU's gap to the oracle beyond the training motors, the squeezed code
-costs that return; if it does not, the policy acts poorly on motors it never
-trained on, whatever its memory holds (the head never saw a code beyond the
-trained one: the edit extrapolates it along the memory's encoding). Prints, per
-split, each condition's return and its return per episode of a trial, IQM [95%
-CI] over seeds, and their differences from ``plain``, paired by seed (mean, 95%
-t interval), and for each of the GRU's conditions the share of envs whose memory
-left [-10, 10] at some step (the GRU's own state stays in [-1, 1]; an edit carried on
-from step to step can grow the memory without bound while the probe still decodes
-its target, and a return scored on such a memory says little about the code);
-writes the per-seed figures to ``<logdir>/steer_memory.json``.
+costs that return; if it does not, the policy acts poorly on motors it never trained
+on, whatever its memory holds (the head never saw a code beyond the trained one: the
+edit extrapolates it along the memory's encoding). Prints, per split, each
+condition's return and its return per episode of a trial, IQM [95% CI] over seeds,
+and their differences from ``plain`` (and oracle minus steered, steered minus
+control), paired by seed (mean, 95% t interval), and for each of the GRU's
+conditions the share of envs whose memory left [-10, 10] at some step (the GRU's own
+state stays in [-1, 1]; an edit carried on from step to step can grow the memory
+without bound while the probe still decodes its target, and a return scored on such
+a memory says little about the code); writes the per-seed figures to
+``<logdir>/steer_memory.json``.
 
     python experiments/rl2_hidden_context.py --logdir runs/rl2 --num-seeds 10 --agents gru oracle
     python experiments/steer_memory.py --logdir runs/rl2 --num-seeds 10
@@ -143,7 +144,8 @@ def _print(per_seed: list[dict], k: int) -> None:
         for c in CONDITIONS:
             cells = [stats.format_iqm(stats.summarize(scores[c][:, j])) for j in range(1 + k)]
             print("    " + f"{c:<18}" + "".join(f"{x:>20}" for x in cells))
-        for a, b in [(c, "plain") for c in CONDITIONS[1:]] + [("oracle", "steered")]:
+        pairs = [(c, "plain") for c in CONDITIONS[1:]] + [("oracle", "steered")]
+        for a, b in pairs + [("steered", "control")]:  # the code's effect, not the push's
             cells = [
                 stats.format_difference(
                     stats.difference(scores[a][:, j], scores[b][:, j], paired=True)
