@@ -543,11 +543,6 @@ def control_policy(
             f"replay, not {type(steered).__name__}"
             + (" built by control_policy" if isinstance(steered, SteeredPolicy) else "")
         )
-    if len(contexts) > evaluator.max_contexts:
-        raise ValueError(
-            f"control_policy: {len(contexts)} contexts; the evaluator runs at most "
-            f"{evaluator.max_contexts} at once"
-        )
     n = evaluator.max_contexts * evaluator.trials
     steps = evaluator.env.episodes_per_trial * evaluator.env.episode_length
     if steered.replay.shape != (steps, n):
