@@ -249,8 +249,8 @@ FILE_SECONDS = {
     "test_recurrent_ppo.py": 101, "test_contexts.py": 92, "test_reads.py": 82,
     "test_benchmarks.py": 64, "test_probe.py": 59, "test_playground_experiment.py": 54,
     "test_evaluation.py": 47, "test_task_contexts.py": 42, "test_checkpoint.py": 25,
-    "test_live_elements.py": 19, "test_names.py": 14, "test_compilation.py": 12,
-    "test_bad_inputs.py": 9, "test_stats.py": 6, "test_curricula.py": 3,
+    "test_readme.py": 25, "test_live_elements.py": 19, "test_names.py": 14,
+    "test_compilation.py": 12, "test_bad_inputs.py": 9, "test_stats.py": 6, "test_curricula.py": 3,
     "test_distributions.py": 2, "test_tensorboard.py": 1,
 }  # fmt: skip
 
