@@ -366,7 +366,7 @@ def _setconst_terms(sys, groups):
     jac = jnp.swapaxes(jac, 2, 3)  # [nbody, 2, nv, 3] -> [nbody, 2, 3, nv]
     d = mjx.tendon(sys, d)
     moment = mjx.transmission(sys, d)._impl.actuator_moment if "acc0" in groups else None
-    return d, jac, d.ten_J, moment
+    return d, jac, d._impl.ten_J, moment
 
 
 def _basis_terms(default, groups: tuple[str, ...]) -> dict[str, jax.Array]:
