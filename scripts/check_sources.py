@@ -11,7 +11,7 @@ An env is a Brax name with an optional ``:backend`` (``walker2d:spring``) or
 ``playground/<name>``; ``all-playground`` stands for every dm_control-suite env
 Playground ships (its assets come with it). On 2 CPU cores an env takes 15-130 s;
 pusher on mjx takes much longer (MJX's many contact pairs), so it is not in
-``all-brax``.
+``all-brax``; swimmer is, on generalized, the one backend Brax builds it on.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ CONTEXTS = {
 }
 BRAX = ("ant", "halfcheetah", "hopper", "humanoid", "humanoidstandup", "inverted_pendulum")
 BRAX += ("inverted_double_pendulum", "pusher", "reacher", "walker2d")
+GENERALIZED_ONLY = ("swimmer",)  # Brax builds it on no other backend
 
 
 def _expand(envs: list[str]) -> list[str]:
@@ -51,6 +52,7 @@ def _expand(envs: list[str]) -> list[str]:
         elif e == "all-brax":
             for backend in ("generalized", "mjx", "positional", "spring"):
                 out += [f"{n}:{backend}" for n in BRAX if (n, backend) != ("pusher", "mjx")]
+            out += [f"{n}:generalized" for n in GENERALIZED_ONLY]
         else:
             out.append(e)
     return out

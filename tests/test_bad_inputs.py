@@ -360,7 +360,12 @@ ROWS = [
         ValueError,
         "per_element",
     ),
-    ("viscosity generalized", bind({"viscosity": C.Uniform(0.0, 1.0)}), ValueError, "mjx"),
+    (
+        "elasticity generalized",
+        bind({"elasticity": C.Uniform(0.0, 0.5)}),
+        ValueError,
+        "only the positional and spring backends",
+    ),
     (
         "viscosity implicitfast",
         lambda: C.bind(

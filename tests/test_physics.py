@@ -111,6 +111,35 @@ def test_heavier_ball_accelerates_less(backend):
     assert 0.0 < heavier[10, 0] < 0.8 * r.reference[10, 0]
 
 
+def test_braxs_swimmer_steps_and_a_thicker_fluid_slows_its_joints():
+    """Brax's swimmer loads a viscosity, which switches Brax's fluid model on, and that
+    model called jnp.clip(a_min=...), which JAX 0.10 refuses: its first step raised
+    TypeError (`metarl.brax_fluid`). It steps now, plain and contextual, and the
+    viscosity a context draws acts: under the same actions its joints turn slower in a
+    thicker fluid."""
+    plain = brax_envs.get_environment("swimmer")
+    assert plain.sys.enable_fluid and float(plain.sys.viscosity) == pytest.approx(0.1)
+    step = plain.step(plain.reset(jax.random.key(0)), jnp.ones(plain.action_size))
+    assert np.all(np.isfinite(np.asarray(step.pipeline_state.qd)))
+
+    env = make_contextual("swimmer", C.ContextSpace({"viscosity": C.Scale(0.1, 10.0)}))
+    actions = jnp.stack([jnp.sin(jnp.arange(40) / 4.0), jnp.cos(jnp.arange(40) / 4.0)], -1)
+
+    @jax.jit
+    def joint_speed(ranges):
+        def body(s, a):
+            s = env.step(s, a)
+            return s, jnp.abs(s.pipeline_state.qd[3:])
+
+        return jax.lax.scan(body, env.reset(jax.random.key(0), ranges), actions)[1].mean()
+
+    speeds = [
+        float(joint_speed(C.ContextSpace({"viscosity": C.Fixed(s, relative=True)})))
+        for s in (0.0, 1.0, 10.0)  # x the loaded 0.1
+    ]
+    assert speeds[0] > speeds[1] > speeds[2], speeds
+
+
 @pytest.mark.parametrize("backend", ["generalized", "mjx"])
 def test_com_offset_moves_the_pendulums_pole(backend):
     """The pole's centre of mass 5 cm higher: it topples another way."""

@@ -48,7 +48,12 @@ import mujoco
 import numpy as np
 from brax.base import System
 
+from metarl import brax_fluid
 from metarl.contexts import names as element_names
+
+# Brax's fluid model (Brax's swimmer; 'viscosity' and 'density' on its own backends)
+# steps on this JAX: `metarl.brax_fluid`
+brax_fluid.install()
 
 BACKENDS = ("generalized", "mjx", "positional", "spring")
 _ALL = frozenset(BACKENDS)
@@ -732,6 +737,10 @@ def _geom_size_apply(sys, s):
 
 
 def _enable_fluid(sys, backend):
+    """Switches the backend's fluid model on (a static switch, off where the model
+    loads no viscosity and no density): MJX's, or Brax's own (`metarl.brax_fluid`)."""
+    if backend != "mjx":
+        return sys.replace(enable_fluid=True)
     impl = sys.opt._impl.replace(has_fluid_params=True)
     return sys.replace(opt=sys.opt.replace(_impl=impl))
 
@@ -759,6 +768,8 @@ _PASSIVE = ("SPRING", "DAMPER")  # MJX skips every passive force if either is of
 
 
 def _fluid_check(sys, backend):
+    if backend != "mjx":  # Brax's own fluid model reads no <flag> and no integrator
+        return None
     if _disabled(sys, mujoco.mjtDisableBit.mjDSBL_SPRING) or _disabled(
         sys, mujoco.mjtDisableBit.mjDSBL_DAMPER
     ):
@@ -786,10 +797,6 @@ def _fluid_field(name):
     return default, apply
 
 
-_FLUID_HINT = (
-    "Brax's own fluid model sits behind a static switch and crashes with JAX 0.10; "
-    "use backend='mjx', where metarl switches MuJoCo's fluid model on."
-)
 _JOINT_HINT = (
     "the positional and spring backends ignore per-joint {name}; their global "
     "damping fields are available as raw paths 'vel_damping' and 'ang_damping'."
@@ -1030,8 +1037,6 @@ QUANTITIES: dict[str, Quantity] = {
         elements="",
         default=_viscosity[0],
         apply=_viscosity[1],
-        backends=frozenset({"mjx"}),
-        unsupported_hint=_FLUID_HINT,
         requires=_fluid_check,
         prepare=_enable_fluid,
     ),
@@ -1040,8 +1045,6 @@ QUANTITIES: dict[str, Quantity] = {
         elements="",
         default=_density[0],
         apply=_density[1],
-        backends=frozenset({"mjx"}),
-        unsupported_hint=_FLUID_HINT,
         requires=_fluid_check,
         prepare=_enable_fluid,
     ),
