@@ -2,7 +2,7 @@
 
 Brax 0.14.2's `brax/fluid.py`, the drag its generalized, positional and spring
 backends add to every step of a System whose static `enable_fluid` is set (swimmer's
-MJCF loads a viscosity, and metarl's 'viscosity' and 'density' contexts set it),
+MJCF loads a viscosity and a density, and metarl's 'viscosity' and 'density' contexts set it),
 calls `jnp.clip(x, a_min=1e-12)`. JAX no longer takes numpy's `a_min` / `a_max`
 spellings (JAX 0.10 takes `min` / `max` only), so every such step raised
 "TypeError: clip() got an unexpected keyword argument 'a_min'" when traced: Brax's
@@ -17,6 +17,7 @@ pipelines are no longer maintained, so no fix upstream is to be expected.
 
 from __future__ import annotations
 
+import inspect
 import types
 
 import jax.numpy as jnp
@@ -40,11 +41,12 @@ _NUMPY = _NumpyWithOldClip("jax.numpy, clip taking a_min and a_max (metarl.brax_
 
 
 def _takes_a_min() -> bool:
+    """Read from the signature: a call would start JAX's backends at import, before a
+    program could still choose them (`jax.distributed.initialize`, platforms)."""
     try:
-        jnp.clip(jnp.zeros(1), a_min=0.0)
-    except TypeError:
+        return "a_min" in inspect.signature(jnp.clip).parameters
+    except (TypeError, ValueError):  # no signature: the shim forwards min and max anyway
         return False
-    return True
 
 
 def install() -> bool:

@@ -5,6 +5,9 @@ a perturbation is a new set of ranges passed to the same compiled rollout, so
 each backend compiles once.
 """
 
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -138,6 +141,15 @@ def test_braxs_swimmer_steps_and_a_thicker_fluid_slows_its_joints():
         for s in (0.0, 1.0, 10.0)  # x the loaded 0.1
     ]
     assert speeds[0] > speeds[1] > speeds[2], speeds
+
+
+def test_importing_metarl_starts_no_jax_backend():
+    """The fix above is installed when metarl is imported, and reads jnp.clip's signature:
+    a call would start JAX's backends there, after which a program can no longer choose
+    them (`jax.distributed.initialize` must come before any computation)."""
+    imports = "import curricula, metarl.envs, metarl.agents.ppo, metarl.experiment, metarl.probe"
+    check = "from jax._src import xla_bridge; assert not xla_bridge.backends_are_initialized()"
+    subprocess.run([sys.executable, "-c", f"{imports}; {check}"], check=True, timeout=300)
 
 
 @pytest.mark.parametrize("backend", ["generalized", "mjx"])
