@@ -99,13 +99,18 @@ STEER_ALONG = ("encoding", "readout")
 _RECORDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _rollout_shape(evaluator: Evaluator) -> tuple[int, int]:
+    """(steps, envs) of one batch `evaluator` runs: a trial per env."""
+    env = evaluator.env
+    return env.episodes_per_trial * env.episode_length, evaluator.max_contexts * evaluator.trials
+
+
 def _recorder(evaluator: Evaluator):
     """The jitted recording rollout of `evaluator`'s env and sizes."""
     if evaluator in _RECORDERS:
         return _RECORDERS[evaluator]
     env = evaluator.env
-    n = evaluator.max_contexts * evaluator.trials
-    steps = env.episodes_per_trial * env.episode_length
+    steps, n = _rollout_shape(evaluator)
 
     def rollout(policy, ranges, key):
         reset = functools.partial(env.reset, checked=True)  # `Evaluator.ranges` checked them
@@ -506,8 +511,7 @@ def steer_policy(
             )
         columns = probe.encoding.T @ np.linalg.inv(seen)
     f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
-    n = evaluator.max_contexts * evaluator.trials
-    steps = evaluator.env.episodes_per_trial * evaluator.env.episode_length
+    steps, n = _rollout_shape(evaluator)
     return SteeredPolicy(
         policy=policy,
         readout=f32(readout),
@@ -543,8 +547,7 @@ def control_policy(
             f"replay, not {type(steered).__name__}"
             + (" built by control_policy" if isinstance(steered, SteeredPolicy) else "")
         )
-    n = evaluator.max_contexts * evaluator.trials
-    steps = evaluator.env.episodes_per_trial * evaluator.env.episode_length
+    steps, n = _rollout_shape(evaluator)
     if steered.replay.shape != (steps, n):
         raise ValueError(
             f"control_policy: the steered policy was built for {steered.replay.shape[1]} "
