@@ -561,7 +561,10 @@ def control_policy(
     direction -= np.linalg.pinv(readout) @ (readout @ direction)  # out of the readout's rows
     return steered.replace(
         direction=jnp.asarray(direction / np.linalg.norm(direction), jnp.float32),
-        replay=sizes,
+        # placed as steer_policy places its zeros: the recorder's output, laid out over
+        # the evaluator's mesh, is another input type to jit, and the control's runs
+        # compiled anew (2 programs, 10 s in experiments/steer_memory.py on 2 CPU cores)
+        replay=jnp.asarray(np.asarray(sizes), jnp.float32),
         control=jnp.asarray(True),
     )
 

@@ -132,9 +132,10 @@ def test_unknown_strategy_lists_the_choices():
 
 def test_strategies_agree_on_env_states(backend="generalized"):
     """A real Brax env, episodes ending at different steps (short episodes and
-    random actions), trials of 2 episodes, ranges replaced mid-run: every strategy
-    ends the same episodes and trials at the same steps, draws the same contexts,
-    and its states agree with the loop's to float rounding (2026-11-28: bit for
+    random actions), trials of 2 episodes, ranges replaced mid-run: compact, the pool
+    and the stock (shallow and deep) end the same episodes and trials at the same
+    steps as the loop, draw the same contexts, and their states agree with the loop's
+    to float rounding (2026-11-28: bit for
     bit with XLA's defaults, 1.5e-8 apart with the tests' optimization level 0,
     tests/conftest.py; a done env restarted from another env's reset is 1e-3 or
     more apart). Resets happened."""
@@ -146,14 +147,13 @@ def test_strategies_agree_on_env_states(backend="generalized"):
     )
     n, steps = 6, 40
     rollouts = {}
-    # "auto" is "loop" here; "pool_dense": the pool refilled as on a GPU, "pool_cond":
-    # its refill decided by lax.cond
-    for strategy in ("loop", "dense", "compact", "pool", "pool_dense", "pool_cond"):
-        env = _trial_env(space, backend, strategy.partition("_")[0])
-        if strategy == "pool_dense":
-            env._select = pooled_where_done(env._fresh, env.reset_chunk, refill="dense")  # noqa: SLF001
-        if strategy == "pool_cond":
-            env._select = pooled_where_done(env._fresh, env.reset_chunk, guard="cond")  # noqa: SLF001
+    # "auto" is "loop" here. The env runs every stateless strategy, and the pool's
+    # refills (dense, decided by lax.cond), through one select function each: the
+    # functions are checked alike above (test_where_done_matches_plain_select,
+    # test_pool_refills_only_when_a_done_env_needs_it), one of each kind here (dense:
+    # test_strategies_agree_on_mjx), each env program 6 s to compile.
+    for strategy in ("loop", "compact", "pool"):
+        env = _trial_env(space, backend, strategy)
 
         def run(key, env=env):
             state = jax.vmap(env.reset)(jax.random.split(key, n))

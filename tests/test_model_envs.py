@@ -575,26 +575,31 @@ HOVER_XML = """
 </mujoco>"""
 
 
-@pytest.mark.parametrize("name", ["friction[ball]", "geom_friction[1, 0]"])
-def test_check_env_says_a_contact_context_was_never_exercised_where_nothing_touched(name):
+def test_check_env_says_a_contact_context_was_never_exercised_where_nothing_touched():
     """A friction reaches the physics only where a contact of its geoms is active. A
     rollout in which the ball never touched anything (BallInCup's ball, which rarely
     reaches its cup, under other contexts) was reported as a step that ignores the
     friction, though the sled's contact with the floor is active throughout; it is
-    now reported as a context never exercised, and the same ball on the floor passes."""
-    space = C.ContextSpace({name: C.Scale(0.5, 2.0)})
+    now reported as a context never exercised, and the same ball on the floor passes.
+    A quantity and a raw path alike (check_env finds their geoms apart: had it taken
+    the sled's, it would have said the friction changes nothing). The ball on the
+    floor with the quantity alone, which writes the raw path's field (each check
+    compiles a rollout, about 8 s)."""
+    names = ["friction[ball]", "geom_friction[1, 0]"]
 
-    def env(height):
+    def env(height, names):
         ball = MjcfEnv(HOVER_XML.replace("HEIGHT", height), observe=_observe, reward=_reward)
+        space = C.ContextSpace({name: C.Scale(0.5, 2.0) for name in names})
         return make_contextual(ball, space, episode_length=5)
 
-    with pytest.raises(
-        ContractError,
-        match=rf"'{re.escape(name)}' was never exercised: .* in "
-        r"none of the \d+ states stepped was a contact of its geoms active",
-    ):
-        check_env(env("0.5"), num_envs=4, max_steps=12)
-    assert check_env(env("0.099"), num_envs=4, max_steps=12)["contexts_reaching"] == 1
+    for name in names:
+        with pytest.raises(
+            ContractError,
+            match=rf"'{re.escape(name)}' was never exercised: .* in "
+            r"none of the \d+ states stepped was a contact of its geoms active",
+        ):
+            check_env(env("0.5", [name]), num_envs=4, max_steps=12)
+    assert check_env(env("0.099", names[:1]), num_envs=4, max_steps=12)["contexts_reaching"] == 1
 
 
 # A pendulum resting on its joint limit: how far it sinks past the limit is set by

@@ -10,6 +10,7 @@ from metarl import contexts as C
 from metarl import evaluation as E
 from metarl import probe as P
 from metarl.agents import ppo
+from metarl.compilation import count_compilations
 from metarl.envs import make_contextual
 
 TARGET = C.ContextSpace({"actuator_gain": C.Choice([-1.0, -0.5, 0.5, 1.0], relative=True)})
@@ -215,7 +216,10 @@ def test_a_steered_memory_decodes_the_context_asked_for_and_acts_on_it(
     first_edit = memory.features[:, 0] - unsteered.features[:, 0]  # the same core state before
     np.testing.assert_allclose(np.linalg.norm(first_edit, axis=-1), sizes[0, :6], rtol=1e-4)
     assert np.all(sizes[:, :6] > 0)
-    controlled = P.record_memory(evaluator, control, run, key)
+    with count_compilations() as compiles:  # the steered run's programs
+        controlled = P.record_memory(evaluator, control, run, key)
+        evaluator.evaluate(control, run, key)
+    assert compiles.count == 0
     moved = controlled.features[:, 0] - unsteered.features[:, 0]
     np.testing.assert_allclose(np.linalg.norm(moved, axis=-1), sizes[0, :6], rtol=1e-4)
     np.testing.assert_allclose(
