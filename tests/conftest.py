@@ -237,21 +237,21 @@ if PROFILE:
 
 
 # Seconds each test file took, cold, on 2 cores (`-n 2 --dist loadfile`; an AMD EPYC,
-# 2026-12-04). pytest-xdist hands a worker a whole file at a time, by default the files
-# with the most tests first; on 2026-12-03 it handed test_experiments.py (6 tests, 176 s)
-# out last, and one worker finished 94 s after the other. Here the costliest files go
-# first (a new file before all: its cost is unknown), which leaves at most a short
-# file's time between the two. A cold run with METARL_TEST_PROFILE set prints this
-# table measured anew, to paste here.
+# 2026-12-06, with METARL_TEST_PROFILE). pytest-xdist hands a worker a whole file at a
+# time, by default the files with the most tests first; on 2026-12-03 it handed
+# test_experiments.py (6 tests, 176 s) out last, and one worker finished 94 s after the
+# other. Here the costliest files go first (a new file before all: its cost is unknown),
+# which leaves at most a short file's time between the two. A cold run with
+# METARL_TEST_PROFILE set prints this table measured anew, to paste here.
 FILE_SECONDS = {
-    "test_ppo.py": 303, "test_envs.py": 266, "test_model_envs.py": 237, "test_autoreset.py": 217,
-    "test_runner.py": 197, "test_experiments.py": 190, "test_physics.py": 160,
-    "test_recurrent_ppo.py": 101, "test_contexts.py": 92, "test_reads.py": 82,
-    "test_benchmarks.py": 64, "test_probe.py": 59, "test_playground_experiment.py": 54,
-    "test_evaluation.py": 47, "test_task_contexts.py": 42, "test_checkpoint.py": 25,
-    "test_readme.py": 25, "test_live_elements.py": 19, "test_names.py": 14,
-    "test_compilation.py": 12, "test_bad_inputs.py": 9, "test_stats.py": 6, "test_curricula.py": 3,
-    "test_distributions.py": 2, "test_tensorboard.py": 1,
+    "test_ppo.py": 372, "test_envs.py": 327, "test_autoreset.py": 293, "test_model_envs.py": 281,
+    "test_experiments.py": 278, "test_runner.py": 235, "test_physics.py": 181,
+    "test_recurrent_ppo.py": 114, "test_contexts.py": 101, "test_benchmarks.py": 90,
+    "test_reads.py": 76, "test_probe.py": 71, "test_playground_experiment.py": 56,
+    "test_evaluation.py": 45, "test_task_contexts.py": 38, "test_checkpoint.py": 24,
+    "test_live_elements.py": 17, "test_readme.py": 17, "test_names.py": 16,
+    "test_compilation.py": 15, "test_bad_inputs.py": 11, "test_stats.py": 5,
+    "test_curricula.py": 2, "test_distributions.py": 2, "test_tensorboard.py": 1,
 }  # fmt: skip
 
 
