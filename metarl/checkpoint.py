@@ -121,6 +121,17 @@ def _listed_steps(directory: pathlib.Path) -> list[int]:
         return sorted(int(s) for s in mngr.all_steps())
 
 
+def require_step(directory, step: int | None = None) -> list[int]:
+    """`all_steps(directory)`, which must hold `step` (any step if None): else
+    FileNotFoundError naming the available steps, as `restore` raises it (check before
+    building the state to restore into)."""
+    steps = all_steps(directory)
+    if not steps or (step is not None and step not in steps):
+        what = "checkpoint" if step is None else f"checkpoint step {step}"
+        raise FileNotFoundError(f"no {what} in {directory}; available steps: {steps}")
+    return steps
+
+
 def latest_step(directory) -> int | None:
     """The highest complete step in `directory`, or None if there is no checkpoint."""
     return (all_steps(directory) or [None])[-1]
@@ -215,10 +226,7 @@ def restore(directory, like, step: int | None = None):
             "the restored arrays take"
         )
     _one_process(jax.tree_util.tree_leaves(like), "restore")
-    steps = all_steps(directory)
-    if not steps or (step is not None and step not in steps):
-        what = "checkpoint" if step is None else f"checkpoint step {step}"
-        raise FileNotFoundError(f"no {what} in {directory}; available steps: {steps}")
+    steps = require_step(directory, step)
     if step is not None:
         try:
             return _restore_step(directory, like, step)

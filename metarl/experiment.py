@@ -1053,12 +1053,14 @@ def load_run(
     _check_seed(exp, seed, num_seeds)
     config = describe_run(exp, None, num_seeds, seed, 1, 1)
     check_recorded(logdir, config, "load_run", also=("eval.",) if eval_as_run else ())
-    r = Run(exp, logdir, seed, num_seeds, compiled)
-    r._init_states()  # noqa: SLF001 - the structure to restore into, and the initial agents
-    initial = r.policies()
     ckpt = logdir / CHECKPOINTS
     if checkpoint.latest_step(ckpt) is None:
         raise ValueError(f"load_run: {ckpt} holds no intact checkpoint: the run saved none yet")
+    if segment is not None:  # before the states are built (their programs compiled)
+        checkpoint.require_step(ckpt, segment)
+    r = Run(exp, logdir, seed, num_seeds, compiled)
+    r._init_states()  # noqa: SLF001 - the structure to restore into, and the initial agents
+    initial = r.policies()
     try:
         state = checkpoint.restore(ckpt, like=r._state(0), step=segment)  # noqa: SLF001
     except checkpoint.CheckpointError as e:
