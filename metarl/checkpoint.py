@@ -125,6 +125,8 @@ def require_step(directory, step: int | None = None) -> list[int]:
     """`all_steps(directory)`, which must hold `step` (any step if None): else
     FileNotFoundError naming the available steps, as `restore` raises it (check before
     building the state to restore into)."""
+    if step is not None:
+        _check_step(step)
     steps = all_steps(directory)
     if not steps or (step is not None and step not in steps):
         what = "checkpoint" if step is None else f"checkpoint step {step}"
@@ -217,8 +219,6 @@ def restore(directory, like, step: int | None = None):
     error that is not damage (see `_is_damage`) is raised as it is and moves nothing.
     """
     directory = pathlib.Path(directory).absolute()
-    if step is not None:
-        _check_step(step)
     if any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree_util.tree_leaves(like)):
         raise ValueError(
             "checkpoint.restore: `like` holds jax.ShapeDtypeStructs (from jax.eval_shape); "

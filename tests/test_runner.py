@@ -1248,6 +1248,8 @@ def test_load_run_reads_back_the_policies_a_run_trained_and_started_from(exp, co
     with count_compilations() as compiles:  # said before its programs are built
         with pytest.raises(FileNotFoundError, match=r"step 7 .*available steps: \[1, 2\]"):
             experiment.load_run(exp, logdir=tmp_path, seed=0, segment=7)
+        with pytest.raises(ValueError, match=r"step must be an integer >= 0, got -1"):
+            experiment.load_run(exp, logdir=tmp_path, seed=0, segment=-1)
     assert compiles.count == 0
     # another experiment's structure or config is refused, naming the field
     other = replace(exp, ppo=replace(CONFIG, learning_rate=1e-4))
