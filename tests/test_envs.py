@@ -394,9 +394,14 @@ def test_ranges_a_jitted_function_computes_are_checked_as_it_runs():
     # callback on the step's path, whatever the reset strategy
     for strategy in RESET_STRATEGIES:
         env = make_contextual(Puck(), space, episode_length=3, reset_strategy=strategy)
-        batch = jax.vmap(env.reset)(keys)
-        if strategy in POOLED:
-            batch = jax.vmap(lambda s, env=env: env.stock(s, 2))(batch)
+
+        def start(keys, env=env, strategy=strategy):
+            batch = jax.vmap(env.reset)(keys)
+            if strategy in POOLED:
+                batch = jax.vmap(lambda s: env.stock(s, 2))(batch)
+            return batch
+
+        batch = jax.eval_shape(start, keys)  # traced, not run: nothing to compile
         action = jnp.zeros((4, env.action_size))
         assert "callback" not in str(jax.make_jaxpr(jax.vmap(env.step))(batch, action)), strategy
 
