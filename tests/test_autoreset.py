@@ -135,10 +135,9 @@ def test_strategies_agree_on_env_states(backend="generalized"):
     random actions), trials of 2 episodes, ranges replaced mid-run: compact, the pool
     and the stock (shallow and deep) end the same episodes and trials at the same
     steps as the loop, draw the same contexts, and their states agree with the loop's
-    to float rounding (2026-11-28: bit for
-    bit with XLA's defaults, 1.5e-8 apart with the tests' optimization level 0,
-    tests/conftest.py; a done env restarted from another env's reset is 1e-3 or
-    more apart). Resets happened."""
+    to float rounding (2026-11-28: bit for bit with XLA's defaults, 1.5e-8 apart with
+    the tests' optimization level 0, tests/conftest.py; a done env restarted from
+    another env's reset is 1e-3 or more apart). Resets happened."""
     space = C.ContextSpace(
         {"gravity": C.Scale(0.5, 1.5), "mass": C.Scale(0.7, 1.3, per_element=True)}
     )

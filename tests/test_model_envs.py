@@ -587,9 +587,9 @@ def test_check_env_says_a_contact_context_was_never_exercised_where_nothing_touc
     compiles a rollout, about 8 s)."""
     names = ["friction[ball]", "geom_friction[1, 0]"]
 
-    def env(height, names):
+    def env(height, varied):
         ball = MjcfEnv(HOVER_XML.replace("HEIGHT", height), observe=_observe, reward=_reward)
-        space = C.ContextSpace({name: C.Scale(0.5, 2.0) for name in names})
+        space = C.ContextSpace({name: C.Scale(0.5, 2.0) for name in varied})
         return make_contextual(ball, space, episode_length=5)
 
     for name in names:

@@ -24,6 +24,7 @@ from metarl import checkpoint, experiment, provenance, rundir, stats
 from metarl import contexts as C
 from metarl import probe as P
 from metarl.agents import ppo
+from metarl.compilation import count_compilations
 from metarl.envs import make_contextual
 from metarl.tensorboard import (
     HPARAMS_SUFFIX,
@@ -1177,8 +1178,6 @@ def test_a_second_run_and_its_resume_compile_nothing(kind, tmp_path):
     compile nothing between segments either: the curriculum's draws, the held-out sets
     and a restored state (once: a TruncatedNormal's draws outside jit compiled at every
     draw, and a restored ADR key, committed to its device, compiled ADR's draws again)."""
-    from metarl.compilation import count_compilations
-
     if kind == "adr":
         target = TARGET
         curriculum = curricula.ADR(
@@ -1243,8 +1242,6 @@ def test_load_run_reads_back_the_policies_a_run_trained_and_started_from(exp, co
     assert not all(jax.tree.leaves(moved))
     earlier = experiment.load_run(exp, logdir=tmp_path, seed=0, compiled=compiled, segment=1)
     assert (earlier.segments, earlier.env_steps) == (1, rows[0]["env_steps"])
-    from metarl.compilation import count_compilations
-
     with count_compilations() as compiles:  # said before its programs are built
         with pytest.raises(FileNotFoundError, match=r"step 7 .*available steps: \[1, 2\]"):
             experiment.load_run(exp, logdir=tmp_path, seed=0, segment=7)
