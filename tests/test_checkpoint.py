@@ -248,6 +248,9 @@ def _damage(path: pathlib.Path, how: str) -> None:
         path.write_bytes(data[: len(data) // 2])
     elif how == "zero":
         path.write_bytes(bytes(len(data)))
+    elif how == "flip":  # one byte: where it is compressed, zstd finds the data corrupt
+        at = len(data) * 3 // 4
+        path.write_bytes(data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :])
     else:  # garble: flip bytes through the whole file
         garbled = bytearray(data)
         for i in range(0, len(garbled), max(1, len(garbled) // 64)):
@@ -264,7 +267,7 @@ def test_a_damaged_latest_step_falls_back_to_the_newest_intact_one(tmp_path):
     assert len(files) >= 3
     cases = 0
     for rel in files:
-        for how in ("truncate", "zero", "garble", "empty", "delete"):
+        for how in ("truncate", "zero", "garble", "flip", "empty", "delete"):
             if (source / "2" / rel).stat().st_size == 0:
                 continue
             run = tmp_path / f"{how}-{rel}".replace("/", "_")
@@ -288,7 +291,7 @@ def test_a_damaged_latest_step_falls_back_to_the_newest_intact_one(tmp_path):
             with pytest.raises(ckpt.CheckpointError, match="no intact checkpoint"):
                 _damage_all_and_restore(run)
             cases += 1
-    assert cases >= 25  # metadata, sharding, manifest and data files, five ways each
+    assert cases >= 30  # metadata, sharding, manifest and data files, six ways each
     shutil.rmtree(source / "2" / "default")  # the step's whole array directory is gone
     with pytest.warns(RuntimeWarning, match="step 2 .* is damaged"):
         out = ckpt.restore(source, make_state(0))
