@@ -209,10 +209,22 @@ def _test() -> str:
     return os.environ.get("PYTEST_CURRENT_TEST", "(outside a test)").split(" ")[0]
 
 
+# Persistent cache hits by the compile time they stored (the threshold above decides
+# which programs are stored): how many, and the seconds they saved.
+_cache: collections.Counter = collections.Counter()
+_saved: list[float] = []
+
+
 def _listen(event: str, duration: float, **_) -> None:
     stage = _STAGES.get(event)
     if stage is not None:
         _spent[_test()][stage] += duration
+    elif event == "/jax/compilation_cache/compile_time_saved_sec":
+        _saved.append(duration)
+    elif event == "/jax/compilation_cache/cache_retrieval_time_sec" and _saved:
+        saved = _saved.pop()  # JAX records it just before the retrieval time
+        band = "under 1 s" if saved + duration < 1 else "1 s or more"
+        _cache.update({f"{band} hits": 1, f"{band} saved": saved})
 
 
 class _Builds(logging.Handler):
@@ -279,6 +291,7 @@ def pytest_sessionfinish(session):
         Path(PROFILE).mkdir(parents=True, exist_ok=True)
         (Path(PROFILE) / f"{os.getpid()}.json").write_text(json.dumps(_spent))
         (Path(PROFILE) / f"{os.getpid()}.functions").write_text(json.dumps(_functions))
+        (Path(PROFILE) / f"{os.getpid()}.cache").write_text(json.dumps(_cache))
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -293,6 +306,17 @@ def pytest_terminal_summary(terminalreporter):
     total = sum(tests.values(), collections.Counter())
     write = terminalreporter.write_line
     write(f"JAX in the test processes: {', '.join(f'{k} {v:.0f} s' for k, v in total.items())}")
+    cache = collections.Counter()
+    for path in Path(PROFILE).glob("*.cache"):
+        if path.stat().st_mtime >= _started:
+            cache.update(json.loads(path.read_text()))
+    write(
+        "Persistent cache hits, by the compile time they stored: "
+        + "; ".join(
+            f"{band}: {cache[f'{band} hits']} hits saved {cache[f'{band} saved']:.0f} s"
+            for band in ("under 1 s", "1 s or more")
+        )
+    )
     for test, stages in sorted(tests.items(), key=lambda kv: -kv[1].total())[:25]:
         write(f"{stages.total():7.1f} s  {test}")
     functions: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
