@@ -13,12 +13,16 @@ themselves; a `like` of another structure or other flags is refused. Orbax write
 to a temporary directory renamed when complete; old steps are renamed aside, then
 deleted. A process killed at any point thus leaves every listed step complete.
 
-A step damaged on disk afterwards (truncated, zeroed, garbled or missing files) is reported
-by `restore` with a warning naming it, moved aside to ``damaged-<step>`` (``damaged-<step>-2``,
-... if that step was damaged before; kept, never deleted; see `damaged_steps`) and the
-newest intact step is restored instead. Any other error while reading a step (out of
-memory, permissions, a network file system, an orbax incompatibility) is raised as it is,
-and moves nothing.
+Once orbax has written a step, `save` adds the SHA-256 of each of its files
+(``metarl_files.json``). A step damaged on disk afterwards (a byte altered anywhere, a file
+truncated, zeroed or missing) is reported by `restore` with a warning naming the files,
+moved aside to ``damaged-<step>`` (``damaged-<step>-2``, ... if that step was damaged
+before; kept, never deleted; see `damaged_steps`) and the newest intact step is restored
+instead. Any error while reading a step whose files are all as saved (out of memory,
+permissions, a network file system, an orbax incompatibility) is raised as it is, and
+moves nothing. A step without the list (saved before 2026-12-06, or by a process killed
+between orbax's rename and the list's) is judged damaged by the errors orbax raises
+(`_is_damage`).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ _DAMAGED = "damaged-"  # a damaged step is renamed to damaged-<step>[-<n>] and k
 _DAMAGED_NAME = re.compile(rf"{_DAMAGED}(\d+)(?:-(\d+))?")
 _ITEM = "default"  # the step's subdirectory holding the arrays
 _STEP_METADATA = "_CHECKPOINT_METADATA"  # orbax's file of a step's custom metadata
+_FILES = "metarl_files.json"  # {"sha256": {path in the step: digest}}, written after orbax's
 
 
 class CheckpointError(ValueError):
@@ -65,6 +70,10 @@ def _manager(directory: pathlib.Path, keep: int | None = None) -> ocp.Checkpoint
         cleanup_tmp_directories=write,
         todelete_subdir=_TRASH,
         enable_async_checkpointing=False,
+        # list the steps without reading each one's metadata (times and metrics, unused
+        # here): a step whose metadata file is altered is found by `restore`, instead of
+        # failing every listing, and with it every save
+        lightweight_initialize=True,
     )
     return ocp.CheckpointManager(directory, options=options, handler_registry=handlers)
 
@@ -75,6 +84,67 @@ def _digest(leaves) -> str:
     for x in leaves:
         h.update(np.ascontiguousarray(np.asarray(x)).tobytes())
     return h.hexdigest()
+
+
+def write_json(path: pathlib.Path, data) -> None:
+    """Replaces `path` atomically and durably: a crash, even a power cut, leaves the
+    old file or the new one, never a truncated one (written, synced, renamed, and
+    the rename synced)."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(data, indent=1, default=str))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def _sha256(path: pathlib.Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _file_digests(step_dir: pathlib.Path) -> dict[str, str]:
+    """{path relative to `step_dir`: SHA-256} of the files orbax wrote there."""
+    ours = (_FILES, pathlib.Path(_FILES).with_suffix(".tmp").name)
+    return {
+        str(p.relative_to(step_dir)): _sha256(p)
+        for p in sorted(step_dir.rglob("*"))
+        if p.is_file() and p.name not in ours
+    }
+
+
+def _check_files(step_dir: pathlib.Path) -> bool:
+    """Whether `step_dir` has its list of file digests, every file being as saved (True)
+    or the list missing (False). A file altered, missing or unreadable as data, or the list
+    itself unreadable, raises _DamagedError naming them; an error of the operating system
+    (permissions) is raised as it is."""
+    listing = step_dir / _FILES
+    try:
+        saved = json.loads(listing.read_bytes())["sha256"]
+        if not isinstance(saved, dict):
+            raise TypeError(f"a {type(saved).__name__}")
+    except FileNotFoundError:
+        return False
+    except (ValueError, KeyError, TypeError) as e:  # JSON and UTF-8 errors are ValueErrors
+        raise _DamagedError(f"{listing} is unreadable ({type(e).__name__}: {e})") from None
+    bad = []
+    for name, digest in saved.items():
+        path = step_dir / name
+        try:
+            if _sha256(path) != digest:
+                bad.append(f"{name} (altered)")
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            bad.append(f"{name} (missing)")
+    if bad:
+        raise _DamagedError(
+            f"{step_dir}: files not as saved (SHA-256 in {_FILES}): {', '.join(bad)}"
+        )
+    return True
 
 
 def _structure(treedef: jax.tree_util.PyTreeDef) -> str:
@@ -202,8 +272,11 @@ def save(directory, step: int, state, *, keep: int = 3) -> pathlib.Path:
         mngr.wait_until_finished()
     if not saved:
         raise RuntimeError(f"orbax declined to save step {step} in {directory}")
+    step_dir = directory / str(step)
+    if jax.process_index() == 0:
+        write_json(step_dir / _FILES, {"sha256": _file_digests(step_dir)})
     _empty_trash(directory)
-    return directory / str(step)
+    return step_dir
 
 
 def restore(directory, like, step: int | None = None):
@@ -329,6 +402,8 @@ def _is_damage(error: BaseException, step_dir: pathlib.Path) -> bool:
 
 def _restore_step(directory: pathlib.Path, like, step: int):
     step_dir = directory / str(step)
+    # every file as saved: whatever orbax raises next is no damage
+    intact = _check_files(step_dir)
     described, flat, treedef = _flatten(like)
     try:
         with _manager(directory) as mngr:
@@ -337,10 +412,15 @@ def _restore_step(directory: pathlib.Path, like, step: int):
             structure = meta.get("structure")
             digest = meta.get("sha256")
     except Exception as e:
-        if not _is_damage(e, step_dir):
+        if intact or not _is_damage(e, step_dir):
             raise
         raise _DamagedError(f"{_files(step_dir)}: {type(e).__name__}: {e}") from e
     if saved is None:
+        if intact:
+            raise CheckpointError(
+                f"step {step} in {directory} has no leaf description: not written by "
+                "metarl.checkpoint.save"
+            )
         try:  # orbax takes an unreadable file for an empty one: its OSError is no damage
             (step_dir / _STEP_METADATA).read_bytes()
         except FileNotFoundError:
@@ -364,11 +444,17 @@ def _restore_step(directory: pathlib.Path, like, step: int):
         with _manager(directory) as mngr:
             restored = mngr.restore(step, args=ocp.args.StandardRestore(target))
     except Exception as e:
-        if not _is_damage(e, step_dir):
+        if intact or not _is_damage(e, step_dir):
             raise
         raise _DamagedError(f"{_files(step_dir)}: {type(e).__name__}: {e}") from e
     raw = [restored[str(i)] if np.size(x) else x for i, x in enumerate(flat)]
     if digest is not None and _digest(jax.device_get(raw)) != digest:
+        if intact:
+            raise CheckpointError(
+                f"step {step} in {directory}: the data read back does not match its checksum, "
+                "though every file is as saved (read by another orbax or tensorstore than "
+                "wrote it?)"
+            )
         raise _DamagedError(f"{_files(step_dir)}: the data does not match its checksum")
     leaves = [_like(x, restored.get(str(i))) for i, x in enumerate(jax.tree_util.tree_leaves(like))]
     return jax.tree_util.tree_unflatten(treedef, leaves)

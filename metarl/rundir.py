@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from metarl import provenance
+from metarl.checkpoint import write_json
 from metarl.envs import ContextualEnv
 from metarl.tensorboard import flatten_hparams
 from metarl.trees import stable_repr, to_numpy
@@ -488,23 +489,6 @@ def check_identity(
     if write:
         write_json(path, record)
     return record
-
-
-def write_json(path: pathlib.Path, data: Any) -> None:
-    """Replaces `path` atomically and durably: a crash, even a power cut, leaves the
-    old file or the new one, never a truncated one (written, synced, renamed, and
-    the rename synced)."""
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(data, indent=1, default=str))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 @contextlib.contextmanager

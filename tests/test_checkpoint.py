@@ -237,11 +237,15 @@ def test_restore_refuses_other_distribution_flags_and_bad_steps(tmp_path):
             ckpt.save(tmp_path, step, state)
 
 
+DAMAGE = ("truncate", "zero", "garble", "flip", "alter", "empty", "delete")
+
+
 def _damage(path: pathlib.Path, how: str) -> None:
     if how == "delete":
         path.unlink()
         return
     data = path.read_bytes()
+    at = len(data) * 3 // 4
     if how == "empty":
         path.write_bytes(b"")
     elif how == "truncate":
@@ -249,8 +253,9 @@ def _damage(path: pathlib.Path, how: str) -> None:
     elif how == "zero":
         path.write_bytes(bytes(len(data)))
     elif how == "flip":  # one byte: where it is compressed, zstd finds the data corrupt
-        at = len(data) * 3 // 4
         path.write_bytes(data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :])
+    elif how == "alter":  # one bit: JSON stays JSON (a key or value misspelt)
+        path.write_bytes(data[:at] + bytes([data[at] ^ 0x10]) + data[at + 1 :])
     else:  # garble: flip bytes through the whole file
         garbled = bytearray(data)
         for i in range(0, len(garbled), max(1, len(garbled) // 64)):
@@ -258,44 +263,84 @@ def _damage(path: pathlib.Path, how: str) -> None:
         path.write_bytes(bytes(garbled))
 
 
+def _saved_twice(directory: pathlib.Path, digests: bool = True) -> list[pathlib.Path]:
+    """Steps 1 and 2 (make_state(1), make_state(2)) in `directory`, with the lists of their
+    files' digests or (digests=False) without them, as saved before 2026-12-06; step 2's
+    files."""
+    ckpt.save(directory, 1, make_state(1))
+    ckpt.save(directory, 2, make_state(2))
+    if not digests:
+        for step in ("1", "2"):
+            (directory / step / ckpt._FILES).unlink()  # noqa: SLF001
+    return sorted(
+        p.relative_to(directory / "2") for p in (directory / "2").rglob("*") if p.is_file()
+    )
+
+
+def _damaged_copy(source: pathlib.Path, run: pathlib.Path, rel, how: str):
+    """`source` copied to `run`, `rel` of its step 2 damaged `how`, and restored: the state
+    and the warnings naming step 2."""
+    shutil.copytree(source, run)
+    _damage(run / "2" / rel, how)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = ckpt.restore(run, make_state(0))
+    return out, [str(w.message) for w in caught if "step 2" in str(w.message)]
+
+
+def _check_set_aside(run: pathlib.Path, rel, how: str, warned: list[str]) -> None:
+    assert "is damaged" in warned[0]
+    assert ckpt.all_steps(run) == [1]  # moved aside, not deleted
+    assert (run / "damaged-2" / rel).exists() == (how != "delete")
+    with pytest.raises(ckpt.CheckpointError, match="no intact checkpoint"):
+        _damage_all_and_restore(run)
+
+
 def test_a_damaged_latest_step_falls_back_to_the_newest_intact_one(tmp_path):
-    good, newest = make_state(1), make_state(2)
+    """Any file of the step damaged any way, one bit included: the digests of its files
+    prove it, and step 1, the newest intact one, comes back. Only the list of digests
+    deleted leaves a step orbax reads whole (its data's checksum proves it)."""
     source = tmp_path / "source"
-    ckpt.save(source, 1, good)
-    ckpt.save(source, 2, newest)
-    files = sorted(p.relative_to(source / "2") for p in (source / "2").rglob("*") if p.is_file())
-    assert len(files) >= 3
+    files = _saved_twice(source)
+    assert pathlib.Path(ckpt._FILES) in files and len(files) >= 10  # noqa: SLF001
+    for rel in files:
+        for how in DAMAGE:
+            run = tmp_path / f"{how}-{rel}".replace("/", "_")
+            out, warned = _damaged_copy(source, run, rel, how)
+            intact = str(rel) == ckpt._FILES and how == "delete"  # noqa: SLF001
+            assert bool(warned) != intact, (str(rel), how)
+            expected = make_state(2 if intact else 1)
+            for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(expected), strict=True):
+                assert_bit_equal(a, b)
+            if not intact:
+                assert "not as saved" in warned[0] or ckpt._FILES in warned[0]  # noqa: SLF001
+                _check_set_aside(run, rel, how, warned)
+
+
+def test_a_step_saved_without_its_file_digests_is_judged_by_orbaxs_errors(tmp_path):
+    source = tmp_path / "source"
+    files = _saved_twice(source, digests=False)
     cases = 0
     for rel in files:
-        for how in ("truncate", "zero", "garble", "flip", "empty", "delete"):
-            if (source / "2" / rel).stat().st_size == 0:
-                continue
+        for how in DAMAGE:
+            if how == "alter" or (source / "2" / rel).stat().st_size == 0:
+                continue  # altered JSON may read as another structure, refused as such
             run = tmp_path / f"{how}-{rel}".replace("/", "_")
-            shutil.copytree(source, run)
-            _damage(run / "2" / rel, how)
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                out = ckpt.restore(run, make_state(0))
-            damaged = [w for w in caught if "step 2" in str(w.message)]
+            out, warned = _damaged_copy(source, run, rel, how)
             # Either the damage spared every byte of the data (a file restore does not
             # read; the data's checksum proves it) or the step is refused and step 1,
             # the newest intact one, comes back.
-            expected = good if damaged else newest
+            expected = make_state(1 if warned else 2)
             for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(expected), strict=True):
                 assert_bit_equal(a, b)
-            if not damaged:
-                continue
-            assert "is damaged" in str(damaged[0].message)
-            assert ckpt.all_steps(run) == [1]  # moved aside, not deleted
-            assert (run / "damaged-2" / rel).exists() == (how != "delete")
-            with pytest.raises(ckpt.CheckpointError, match="no intact checkpoint"):
-                _damage_all_and_restore(run)
-            cases += 1
+            if warned:
+                _check_set_aside(run, rel, how, warned)
+                cases += 1
     assert cases >= 30  # metadata, sharding, manifest and data files, six ways each
     shutil.rmtree(source / "2" / "default")  # the step's whole array directory is gone
     with pytest.warns(RuntimeWarning, match="step 2 .* is damaged"):
         out = ckpt.restore(source, make_state(0))
-    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(good), strict=True):
+    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(make_state(1)), strict=True):
         assert_bit_equal(a, b)
     assert ckpt.damaged_steps(source) == ["damaged-2"]
 
@@ -336,11 +381,12 @@ NOT_DAMAGE = [  # what a step cannot be blamed for: it must come up as is, movin
 ]
 
 
-@pytest.mark.parametrize("method", ["metadata", "restore"])
+@pytest.mark.parametrize("method", ["metadata", "restore", "_sha256"])
 @pytest.mark.parametrize("error", NOT_DAMAGE, ids=lambda e: f"{type(e).__name__}-{e}"[:40])
 def test_an_error_that_is_not_damage_propagates_and_moves_nothing(
     tmp_path, monkeypatch, method, error
 ):
+    """Raised by orbax, or while the step's files are checked against their digests."""
     for step in (1, 2):
         ckpt.save(tmp_path, step, {"x": jnp.full((3,), step, jnp.int32)})
     before = sorted(p.name for p in tmp_path.iterdir())
@@ -348,7 +394,7 @@ def test_an_error_that_is_not_damage_propagates_and_moves_nothing(
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(ocp.CheckpointManager, method, fail)
+    monkeypatch.setattr(ckpt if method == "_sha256" else ocp.CheckpointManager, method, fail)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # no step is reported damaged
         for step in (None, 2):
@@ -357,6 +403,17 @@ def test_an_error_that_is_not_damage_propagates_and_moves_nothing(
             assert raised.value is error
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     monkeypatch.undo()
+    assert ckpt.all_steps(tmp_path) == [1, 2] and ckpt.damaged_steps(tmp_path) == []
+
+
+def test_data_that_differ_from_intact_files_is_no_damage(tmp_path, monkeypatch):
+    """Every file as saved, the data read back otherwise: another orbax or tensorstore
+    read it, and moving the step aside would lose a good checkpoint."""
+    for step in (1, 2):
+        ckpt.save(tmp_path, step, {"x": jnp.full((3,), step, jnp.int32)})
+    monkeypatch.setattr(ckpt, "_digest", lambda leaves: "0" * 64)
+    with pytest.raises(ckpt.CheckpointError, match="though every file is as saved"):
+        ckpt.restore(tmp_path, {"x": jnp.zeros((3,), jnp.int32)})
     assert ckpt.all_steps(tmp_path) == [1, 2] and ckpt.damaged_steps(tmp_path) == []
 
 
