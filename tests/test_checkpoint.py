@@ -297,14 +297,16 @@ def _check_set_aside(run: pathlib.Path, rel, how: str, warned: list[str]) -> Non
 
 
 def test_a_damaged_latest_step_falls_back_to_the_newest_intact_one(tmp_path):
-    """Any file of the step damaged any way, one bit included: the digests of its files
+    """Any file of the step altered (by one bit) or missing: the digests of its files
     prove it, and step 1, the newest intact one, comes back. Only the list of digests
-    deleted leaves a step orbax reads whole (its data's checksum proves it)."""
+    deleted leaves a step orbax reads whole (its data's checksum proves it). Any other
+    change of a file's bytes is caught as one bit is (the test below tries them all on
+    steps without the list)."""
     source = tmp_path / "source"
     files = _saved_twice(source)
     assert pathlib.Path(ckpt._FILES) in files and len(files) >= 10  # noqa: SLF001
     for rel in files:
-        for how in DAMAGE:
+        for how in ("alter", "delete"):
             run = tmp_path / f"{how}-{rel}".replace("/", "_")
             out, warned = _damaged_copy(source, run, rel, how)
             intact = str(rel) == ckpt._FILES and how == "delete"  # noqa: SLF001
