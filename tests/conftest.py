@@ -294,22 +294,24 @@ def pytest_sessionfinish(session):
         (Path(PROFILE) / f"{os.getpid()}.cache").write_text(json.dumps(_cache))
 
 
+def _written(suffix: str) -> list[dict]:
+    """What the workers wrote to PROFILE/<pid>.<suffix> since this run started."""
+    paths = Path(PROFILE).glob(f"*.{suffix}")
+    return [json.loads(p.read_text()) for p in paths if p.stat().st_mtime >= _started]
+
+
 def pytest_terminal_summary(terminalreporter):
     """The profile of this run: the files the workers wrote since it started."""
     if not PROFILE or hasattr(terminalreporter.config, "workerinput"):
         return
     tests: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for path in Path(PROFILE).glob("*.json"):
-        if path.stat().st_mtime >= _started:
-            for test, stages in json.loads(path.read_text()).items():
-                tests[test].update(stages)
+    for written in _written("json"):
+        for test, stages in written.items():
+            tests[test].update(stages)
     total = sum(tests.values(), collections.Counter())
     write = terminalreporter.write_line
     write(f"JAX in the test processes: {', '.join(f'{k} {v:.0f} s' for k, v in total.items())}")
-    cache = collections.Counter()
-    for path in Path(PROFILE).glob("*.cache"):
-        if path.stat().st_mtime >= _started:
-            cache.update(json.loads(path.read_text()))
+    cache = sum(map(collections.Counter, _written("cache")), collections.Counter())
     write(
         "Persistent cache hits, by the compile time they stored: "
         + "; ".join(
@@ -320,10 +322,9 @@ def pytest_terminal_summary(terminalreporter):
     for test, stages in sorted(tests.items(), key=lambda kv: -kv[1].total())[:25]:
         write(f"{stages.total():7.1f} s  {test}")
     functions: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for path in Path(PROFILE).glob("*.functions"):
-        if path.stat().st_mtime >= _started:
-            for name, counts in json.loads(path.read_text()).items():
-                functions[name].update(counts)
+    for written in _written("functions"):
+        for name, counts in written.items():
+            functions[name].update(counts)
     files = ", ".join(f'"{f}": {round(t)}' for f, t in _file_seconds.most_common())
     write(f"Seconds per test file, for FILE_SECONDS: {{{files}}}")
     write("Functions JAX spent most on: seconds, times built, tests building them")
