@@ -21,7 +21,7 @@ check holds with any of these flags: a claim that compares two programs compiled
 apart (the reset strategies, tests/test_autoreset.py) checks them to float
 rounding, as the host's CPU already changes how XLA rounds them. The two claims
 that compare two programs bit for bit (the default context against plain MJX,
-tests/test_model_envs.py; PPO with the pool against the loop,
+tests/test_model_envs.py; PPO with the stock against the loop,
 tests/test_autoreset.py) hold with XLA's current emitters, and run in a process of
 their own with them (`with_xla_defaults`), at level 0 still: bit for bit there too,
 and 20 s (MJX) and 12 s (PPO) sooner than with XLA's defaults on 2 cores of an AMD

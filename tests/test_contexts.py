@@ -872,21 +872,26 @@ def _hopper_env(space):
     return make_contextual("hopper", C.ContextSpace(space), backend="generalized")
 
 
-def _trajectory(env, ranges, steps=10):
-    from brax import envs as brax_envs  # noqa: F401 - hopper registered by make_contextual
+# env -> its jitted trajectory: a second set of ranges for the same env is not traced
+# again (hopper's rollout: about 5 s to trace)
+_TRAJECTORIES: dict[int, tuple] = {}
 
-    actions = jax.random.uniform(jax.random.key(1), (steps, env.action_size), minval=-1, maxval=1)
 
-    def run(ranges):
-        state = env.reset(jax.random.key(0), ranges)
+def _trajectory(env, ranges):
+    if id(env) not in _TRAJECTORIES or _TRAJECTORIES[id(env)][0] is not env:
+        actions = jax.random.uniform(jax.random.key(1), (10, env.action_size), minval=-1, maxval=1)
 
-        def step(s, a):
-            s = env.step(s, a)
-            return s, (s.pipeline_state.q, s.pipeline_state.qd, s.obs, s.reward)
+        def run(ranges):
+            state = env.reset(jax.random.key(0), ranges)
 
-        return jax.lax.scan(step, state, actions)[1]
+            def step(s, a):
+                s = env.step(s, a)
+                return s, (s.pipeline_state.q, s.pipeline_state.qd, s.obs, s.reward)
 
-    return jax.device_get(jax.jit(run)(ranges))
+            return jax.lax.scan(step, state, actions)[1]
+
+        _TRAJECTORIES[id(env)] = (env, jax.jit(run))  # the env kept: its id stays its own
+    return jax.device_get(_TRAJECTORIES[id(env)][1](ranges))
 
 
 def test_pinned_default_context_runs_the_env_in_its_own_physics():

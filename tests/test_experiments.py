@@ -191,7 +191,9 @@ def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
     args = ["--logdir", str(tmp_path), "--num-seeds", "2", "--segments", "1"]
     args += ["--steps-per-segment", "160", "--ppo.num-envs", "16", "--ppo.unroll-length", "5"]
     args += ["--ppo.num-minibatches", "2", "--eval.contexts", "2", "--eval.episodes", "3"]
-    cfg = tyro.cli(probe_memory.Config, args=[*args, "--fit-contexts", "4"])
+    # the fit's recordings the size of the evaluation's (2 envs): one program for both
+    fit = ["--fit-contexts", "2", "--fit-trials", "1"]
+    cfg = tyro.cli(probe_memory.Config, args=[*args, *fit])
     with pytest.raises(ValueError, match="holds no run.json"):
         probe_memory.main(cfg)
     run_cfg = tyro.cli(rl2.Config, args=args)
@@ -231,7 +233,7 @@ def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
         assert values["rmse_initial"] != values["rmse_as_initialised"]
 
     steer_memory = _script("steer_memory")
-    steer_cfg = tyro.cli(steer_memory.Config, args=[*args, "--fit-contexts", "4"])
+    steer_cfg = tyro.cli(steer_memory.Config, args=[*args, *fit])
     with pytest.raises(ValueError, match="holds no run.json"):
         steer_memory.main(steer_cfg)  # no oracle run yet
     experiment.run(

@@ -50,7 +50,9 @@ def _space(values: dict, backend: str) -> C.ContextSpace:
 
 
 class Rollouts:
-    """A Puck env with every supported quantity fixed; rollout(ranges) compiled once."""
+    """A Puck env with every supported quantity fixed; rollout(ranges) compiled once.
+    The same program steps the plain Puck beside it from the same start
+    (`_beside_plain`): `plain` holds both at the defaults' ranges."""
 
     def __init__(self, backend):
         self.backend = backend
@@ -60,23 +62,36 @@ class Rollouts:
         self.defaults = probe.default_context()
         self.env = make_contextual(Puck(backend=backend), _space(self.defaults, backend))
         actions = jnp.sin(jnp.arange(STEPS) / 5.0)[:, None]
-
-        def rollout(ranges):
-            state = self.env.reset(jax.random.key(0), ranges)
-
-            def body(s, a):
-                s = self.env.step(s, a)
-                return s, s.obs
-
-            return jax.lax.scan(body, state, actions)[1]
-
-        self.rollout = jax.jit(rollout)
-        self.reference = np.asarray(self.rollout(self.env.space))
+        run = _beside_plain(self.env, Puck(backend=backend), actions)
+        self.rollout = jax.jit(lambda ranges: run(jax.random.key(0), ranges))
+        self.plain = jax.device_get(self.rollout(self.env.space))
+        self.reference = np.asarray(self.plain[2])
 
     def perturbed(self, name):
         values = dict(self.defaults)
         values[name] = PERTURB[name][2](np.asarray(self.defaults[name]))
-        return np.asarray(self.rollout(_space(values, self.backend)))
+        return np.asarray(self.rollout(_space(values, self.backend))[2])
+
+
+def _beside_plain(env, plain, actions):
+    """run(key, ranges): the contextual env and the plain one stepped side by side from
+    the contextual reset's state, in one program -> (q, plain q, obs, plain obs, done)
+    per step. In one program, as two compiled apart may round apart."""
+
+    def run(key, ranges):
+        start = env.reset(key, ranges)
+        base = start.replace(
+            info={k: v for k, v in start.info.items() if k not in (CONTEXT, TRIAL)}
+        )
+
+        def body(carry, a):
+            s, b = carry
+            s, b = env.step(s, a), plain.step(b, a)
+            return (s, b), (s.pipeline_state.q, b.pipeline_state.q, s.obs, b.obs, s.done)
+
+        return jax.lax.scan(body, (start, base), actions)[1]
+
+    return run
 
 
 _cache = {}
@@ -195,38 +210,22 @@ def test_stronger_gravity_topples_the_pendulum_sooner(pendulum_fall_time):
     assert 0 < strong < normal
 
 
-@pytest.mark.parametrize(
-    "make_env",
-    [
-        pytest.param(lambda b: Puck(backend=b), id="puck"),
-        pytest.param(
-            lambda b: brax_envs.get_environment("inverted_pendulum", backend=b), id="pendulum"
-        ),
-    ],
-)
+@pytest.mark.parametrize("env_name", ["puck", "pendulum"])
 @pytest.mark.parametrize("backend", ["generalized", "mjx"])
-def test_default_context_reproduces_plain_brax(make_env, backend):
-    """Every quantity Fixed at its default: the same trajectory as the plain env."""
-    plain = make_env(backend)
-    probe = make_contextual(make_env(backend), _space(_placeholders(plain, backend), backend))
-    env = make_contextual(make_env(backend), _space(probe.default_context(), backend))
-    actions = 0.3 * jnp.sin(jnp.arange(30) / 4.0)[:, None]
-
-    @jax.jit
-    def both(key):
-        start = env.reset(key)
-        base = start.replace(
-            info={k: v for k, v in start.info.items() if k not in (CONTEXT, TRIAL)}
-        )
-
-        def body(carry, a):
-            s, b = carry
-            s, b = env.step(s, a), plain.step(b, a)
-            return (s, b), (s.pipeline_state.q, b.pipeline_state.q, s.obs, b.obs, s.done)
-
-        return jax.lax.scan(body, (start, base), actions)[1]
-
-    q_ctx, q_plain, obs_ctx, obs_plain, done = both(jax.random.key(1))
+def test_default_context_reproduces_plain_brax(env_name, backend):
+    """Every quantity Fixed at its default: the same trajectory as the plain env. The
+    puck's is the program test_context_changes_the_trajectory runs (`Rollouts`)."""
+    if env_name == "puck":
+        q_ctx, q_plain, obs_ctx, obs_plain, done = rollouts(backend).plain
+    else:
+        pendulum = lambda: brax_envs.get_environment("inverted_pendulum", backend=backend)  # noqa: E731
+        plain = pendulum()
+        placeholders = _space(_placeholders(plain, backend), backend)
+        defaults = make_contextual(pendulum(), placeholders).default_context()
+        env = make_contextual(pendulum(), _space(defaults, backend))
+        actions = 0.3 * jnp.sin(jnp.arange(30) / 4.0)[:, None]
+        run = _beside_plain(env, plain, actions)
+        q_ctx, q_plain, obs_ctx, obs_plain, done = jax.jit(run)(jax.random.key(1), env.space)
     # Compare up to the first episode end: there the contextual env resets itself.
     n = int(np.argmax(np.asarray(done))) if np.any(done) else len(done)
     assert n >= 5
