@@ -249,21 +249,21 @@ if PROFILE:
 
 
 # Seconds each test file took, cold, on 2 cores (`-n 2 --dist loadfile`; an AMD EPYC,
-# 2026-12-06, with METARL_TEST_PROFILE). pytest-xdist hands a worker a whole file at a
-# time, by default the files with the most tests first; on 2026-12-03 it handed
+# 2026-12-06, later, with METARL_TEST_PROFILE). pytest-xdist hands a worker a whole
+# file at a time, by default the files with the most tests first; on 2026-12-03 it handed
 # test_experiments.py (6 tests, 176 s) out last, and one worker finished 94 s after the
 # other. Here the costliest files go first (a new file before all: its cost is unknown),
 # which leaves at most a short file's time between the two. A cold run with
 # METARL_TEST_PROFILE set prints this table measured anew, to paste here.
 FILE_SECONDS = {
-    "test_ppo.py": 372, "test_envs.py": 327, "test_autoreset.py": 293, "test_model_envs.py": 281,
-    "test_experiments.py": 278, "test_runner.py": 235, "test_physics.py": 181,
-    "test_recurrent_ppo.py": 114, "test_contexts.py": 101, "test_benchmarks.py": 90,
-    "test_reads.py": 76, "test_probe.py": 71, "test_playground_experiment.py": 56,
-    "test_evaluation.py": 45, "test_task_contexts.py": 38, "test_checkpoint.py": 24,
-    "test_live_elements.py": 17, "test_readme.py": 17, "test_names.py": 16,
-    "test_compilation.py": 15, "test_bad_inputs.py": 11, "test_stats.py": 5,
-    "test_curricula.py": 2, "test_distributions.py": 2, "test_tensorboard.py": 1,
+    "test_ppo.py": 310, "test_model_envs.py": 233, "test_envs.py": 231, "test_autoreset.py": 223,
+    "test_runner.py": 218, "test_experiments.py": 195, "test_physics.py": 139,
+    "test_benchmarks.py": 106, "test_recurrent_ppo.py": 93, "test_contexts.py": 91,
+    "test_reads.py": 83, "test_probe.py": 70, "test_playground_experiment.py": 61,
+    "test_evaluation.py": 45, "test_task_contexts.py": 39, "test_checkpoint.py": 31,
+    "test_compilation.py": 18, "test_readme.py": 17, "test_live_elements.py": 17,
+    "test_bad_inputs.py": 15, "test_names.py": 11, "test_stats.py": 5, "test_curricula.py": 3,
+    "test_distributions.py": 2, "test_tensorboard.py": 1,
 }  # fmt: skip
 
 
