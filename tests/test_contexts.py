@@ -3,6 +3,7 @@
 import dataclasses
 import functools
 import re
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -874,11 +875,11 @@ def _hopper_env(space):
 
 # env -> its jitted trajectory: a second set of ranges for the same env is not traced
 # again (hopper's rollout: about 5 s to trace)
-_TRAJECTORIES: dict[int, tuple] = {}
+_TRAJECTORIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _trajectory(env, ranges):
-    if id(env) not in _TRAJECTORIES or _TRAJECTORIES[id(env)][0] is not env:
+    if env not in _TRAJECTORIES:
         actions = jax.random.uniform(jax.random.key(1), (10, env.action_size), minval=-1, maxval=1)
 
         def run(ranges):
@@ -890,8 +891,8 @@ def _trajectory(env, ranges):
 
             return jax.lax.scan(step, state, actions)[1]
 
-        _TRAJECTORIES[id(env)] = (env, jax.jit(run))  # the env kept: its id stays its own
-    return jax.device_get(_TRAJECTORIES[id(env)][1](ranges))
+        _TRAJECTORIES[env] = jax.jit(run)
+    return jax.device_get(_TRAJECTORIES[env](ranges))
 
 
 def test_pinned_default_context_runs_the_env_in_its_own_physics():

@@ -5,6 +5,7 @@ a perturbation is a new set of ranges passed to the same compiled rollout, so
 each backend compiles once.
 """
 
+import functools
 import subprocess
 import sys
 
@@ -218,7 +219,9 @@ def test_default_context_reproduces_plain_brax(env_name, backend):
     if env_name == "puck":
         q_ctx, q_plain, obs_ctx, obs_plain, done = rollouts(backend).plain
     else:
-        pendulum = lambda: brax_envs.get_environment("inverted_pendulum", backend=backend)  # noqa: E731
+        pendulum = functools.partial(
+            brax_envs.get_environment, "inverted_pendulum", backend=backend
+        )
         plain = pendulum()
         placeholders = _space(_placeholders(plain, backend), backend)
         defaults = make_contextual(pendulum(), placeholders).default_context()
