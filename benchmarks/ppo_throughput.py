@@ -395,7 +395,7 @@ def _check_provenance(source: dict, cfg: Config, reference: dict | None = None) 
             f"--merge {path}: the file records no platform (older benchmark): its XLA_FLAGS, "
             "device count and JAX settings are not compared"
         )
-    elif theirs != mine:
+    elif provenance.comparable(theirs) != provenance.comparable(mine):  # flags in any order
         raise ValueError(f"--merge {path} ran on another platform: {_differences(theirs, mine)}")
     theirs, mine = source.get("software"), reference["software"]
     if theirs is None:

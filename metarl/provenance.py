@@ -22,6 +22,7 @@ import hashlib
 import os
 import pathlib
 import platform as host
+import shlex
 from importlib.metadata import PackageNotFoundError, version
 
 import jax
@@ -103,6 +104,31 @@ def platform() -> dict[str, str | int | None]:
         **{name: str(getattr(jax.config, name)) for name in JAX_SETTINGS},
         **(host_cpu() if backend == "cpu" else {}),
     }
+
+
+def xla_flags(flags: str) -> dict[str, str | None]:
+    """`XLA_FLAGS` as XLA reads it: {name: value} (None for a bare ``--name``), the
+    last of a repeated flag winning, in no order. Two strings that differ only in the
+    order of their flags, or in a flag repeated with the value that wins anyway, set
+    the same flags."""
+    try:
+        words = shlex.split(flags)  # XLA takes a value in double quotes as one word
+    except ValueError:  # an unmatched quote: XLA's own parser refuses it anyway
+        words = flags.split()
+    parsed: dict[str, str | None] = {}
+    for word in words:
+        name, equals, value = word.partition("=")
+        parsed.pop(name, None)
+        parsed[name] = value if equals else None
+    return parsed
+
+
+def comparable(platform: dict) -> dict:
+    """`platform` (a `platform()` record) with its XLA_FLAGS as the flags they set
+    (`xla_flags`), so that the same flags in another order compare equal."""
+    if isinstance(platform.get("XLA_FLAGS"), str):
+        return {**platform, "XLA_FLAGS": xla_flags(platform["XLA_FLAGS"])}
+    return platform
 
 
 # /proc/cpuinfo flags of the vector instruction sets XLA's CPU compiler may target

@@ -278,11 +278,20 @@ def test_ppo_merge_refuses_another_platform(tmp_path, capsys):
     record = bench._record(
         cfg, environment, {"brax_ppo": {"0": dict(result, evaluator_build_s=0.1)}}, {}, []
     )
-    record["platform"]["XLA_FLAGS"] = "--xla_gpu_deterministic_ops=true"
+    record["platform"]["XLA_FLAGS"] = "--xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true"
     path = tmp_path / "other_flags.json"
     path.write_text(json.dumps(record))
-    with pytest.raises(ValueError, match="another platform: XLA_FLAGS='--xla_gpu_determ"):
+    with pytest.raises(
+        ValueError, match="another platform: XLA_FLAGS='--xla_gpu_autotune_level=0 --xla_gpu_determ"
+    ):
         bench._merge({"brax_ppo": {}}, str(path), cfg, environment)
+    # the same flags in another order are the same platform
+    flags = "--xla_gpu_deterministic_ops=true --xla_gpu_autotune_level=0"
+    here = bench._here()
+    here = {**here, "platform": {**here["platform"], "XLA_FLAGS": flags}}
+    runs = {"brax_ppo": {}}
+    bench._merge(runs, str(path), cfg, environment, here)
+    assert runs["brax_ppo"] == {"0": dict(result, evaluator_build_s=0.1)}
 
     record["platform"] = "cpu"  # an older file: the backend's name only
     path.write_text(json.dumps(record))

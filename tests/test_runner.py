@@ -1158,6 +1158,24 @@ def test_a_nan_setting_is_the_same_setting_on_resume(tmp_path):
         rundir.check_identity(tmp_path, {**config, "script.bounds": [1.0, 2.0]}, "auto")
 
 
+def test_the_same_xla_flags_in_another_order_are_the_same_platform(tmp_path, monkeypatch):
+    """XLA reads XLA_FLAGS as a set of flags, the last of a repeated one winning: the
+    runner compared the string, so the same flags in another order needed --resume
+    force and were recorded as a change of platform. Another value still refuses."""
+    flags = ["--xla_cpu_enable_fast_math=false", "--xla_backend_optimization_level=1"]
+    monkeypatch.setenv("XLA_FLAGS", " ".join(flags))
+    rundir.check_identity(tmp_path, {"seed": 0}, "auto")
+    # reordered, and one flag given twice with the value that wins anyway
+    monkeypatch.setenv("XLA_FLAGS", f"{flags[1]} --xla_cpu_enable_fast_math=true {flags[0]}")
+    record = rundir.check_identity(tmp_path, {"seed": 0}, "auto")
+    assert record["forced"] == [] and record["platform_before"] == []
+    for other in (f"{flags[0]} {flags[1]} --xla_cpu_enable_fast_math=true", flags[0]):
+        monkeypatch.setenv("XLA_FLAGS", other)
+        with pytest.raises(SystemExit, match=rf"platform\.XLA_FLAGS: run has .*, now '{other}'"):
+            rundir.check_identity(tmp_path, {"seed": 0}, "auto")
+    assert provenance.xla_flags('--a --b="x y" --a=1') == {"--b": "x y", "--a": "1"}
+
+
 def test_a_resume_may_change_the_stocks_depth_but_not_the_rest_of_ppo(tmp_path):
     """`ppo.stock_depth` changes speed and memory, not one number of the run (tests/
     test_ppo.py resumes a checkpoint into a shallower stock): a resume on a device
