@@ -37,6 +37,15 @@ trains in a process of its own runs there without level 0 (`xla_flags_without(OP
 tests/test_ppo.py's two devices, 69 -> 46 s). Set METARL_TEST_XLA_DEFAULTS=1 to run
 everything with XLA's defaults.
 
+Tracing faster (GC_THRESHOLD): JAX's tracing and lowering allocate millions of
+short-lived Python objects, and at Python's default threshold (700) the cyclic garbage
+collector starts a collection every 700 of them, each walking the young objects and,
+every hundredth, all of them (JAX's caches included). At 50,000 a young collection
+runs 70 times less often, and a full one still runs every 5 million allocations.
+Cold, on 2 cores of an AMD EPYC (2026-12-06): tests/test_contexts.py 70.9 and 72.8 s
+-> 60.5 and 60.5 s, tests/test_reads.py 62.4 -> 51.8 s, peak memory the same (1.6 and
+1.1 GB). It changes no number. Set METARL_TEST_GC_DEFAULTS=1 to keep Python's.
+
 METARL_TEST_PROFILE=<folder>: where the suite's time goes. Each worker writes the
 seconds JAX spent tracing, lowering and compiling for each test (JAX's own monitoring
 events; subprocesses the tests start are left out) and for each jitted function
@@ -47,6 +56,7 @@ run (JAX_COMPILATION_CACHE_DIR=<empty folder>) shows what CI pays.
 
 import collections
 import contextlib
+import gc
 import importlib.util
 import json
 import logging
@@ -58,6 +68,11 @@ import time
 from pathlib import Path
 
 FAST_COMPILE = ("--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=0")
+GC_THRESHOLD = (50_000, 10, 10)  # Python's default: (700, 10, 10)
+
+if os.environ.get("METARL_TEST_GC_DEFAULTS", "0") != "1":
+    gc.set_threshold(*GC_THRESHOLD)
+
 OPTIMIZED = FAST_COMPILE[1:]  # `xla_flags_without(OPTIMIZED)`: the emitters kept
 # The flags of FAST_COMPILE set here, not by the user. The pytest-xdist workers inherit
 # XLA_FLAGS from the process that started them, which set them: they read which were
@@ -249,20 +264,20 @@ if PROFILE:
 
 
 # Seconds each test file took, cold, on 2 cores (`-n 2 --dist loadfile`; an AMD EPYC,
-# 2026-12-06, later, with METARL_TEST_PROFILE). pytest-xdist hands a worker a whole
+# 2026-12-06, with GC_THRESHOLD, with METARL_TEST_PROFILE). pytest-xdist hands a worker a whole
 # file at a time, by default the files with the most tests first; on 2026-12-03 it handed
 # test_experiments.py (6 tests, 176 s) out last, and one worker finished 94 s after the
 # other. Here the costliest files go first (a new file before all: its cost is unknown),
 # which leaves at most a short file's time between the two. A cold run with
 # METARL_TEST_PROFILE set prints this table measured anew, to paste here.
 FILE_SECONDS = {
-    "test_ppo.py": 310, "test_model_envs.py": 233, "test_envs.py": 231, "test_autoreset.py": 223,
-    "test_runner.py": 218, "test_experiments.py": 195, "test_physics.py": 139,
-    "test_benchmarks.py": 106, "test_recurrent_ppo.py": 93, "test_contexts.py": 91,
-    "test_reads.py": 83, "test_probe.py": 70, "test_playground_experiment.py": 61,
-    "test_evaluation.py": 45, "test_task_contexts.py": 39, "test_checkpoint.py": 31,
-    "test_compilation.py": 18, "test_readme.py": 17, "test_live_elements.py": 17,
-    "test_bad_inputs.py": 15, "test_names.py": 11, "test_stats.py": 5, "test_curricula.py": 3,
+    "test_ppo.py": 259, "test_envs.py": 204, "test_autoreset.py": 187, "test_experiments.py": 182,
+    "test_model_envs.py": 180, "test_runner.py": 175, "test_physics.py": 150,
+    "test_benchmarks.py": 84, "test_recurrent_ppo.py": 82, "test_contexts.py": 80,
+    "test_reads.py": 58, "test_probe.py": 52, "test_playground_experiment.py": 51,
+    "test_evaluation.py": 37, "test_task_contexts.py": 30, "test_checkpoint.py": 25,
+    "test_readme.py": 18, "test_compilation.py": 17, "test_live_elements.py": 14,
+    "test_bad_inputs.py": 11, "test_names.py": 11, "test_stats.py": 5, "test_curricula.py": 3,
     "test_distributions.py": 2, "test_tensorboard.py": 1,
 }  # fmt: skip
 
