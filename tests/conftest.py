@@ -43,8 +43,9 @@ collector starts a collection every 700 of them, each walking the young objects 
 every hundredth, all of them (JAX's caches included). At 50,000 a young collection
 runs 70 times less often, and a full one still runs every 5 million allocations.
 Cold, on 2 cores of an AMD EPYC (2026-12-06): tests/test_contexts.py 70.9 and 72.8 s
--> 60.5 and 60.5 s, tests/test_reads.py 62.4 -> 51.8 s, peak memory the same (1.6 and
-1.1 GB). It changes no number. Set METARL_TEST_GC_DEFAULTS=1 to keep Python's.
+-> 60.5 s (at 200,000: 63.0 and 60.5 s), tests/test_reads.py 62.4 -> 51.8 s, peak
+memory the same (1.6 and 1.1 GB). It changes no number. Set METARL_TEST_GC_DEFAULTS=1
+to keep Python's.
 
 METARL_TEST_PROFILE=<folder>: where the suite's time goes. Each worker writes the
 seconds JAX spent tracing, lowering and compiling for each test (JAX's own monitoring
