@@ -309,12 +309,6 @@ def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tu
     }
 
 
-def _comparable(section: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A software or platform record as compared: XLA_FLAGS as the flags they set
-    (`provenance.comparable`), so the same flags in another order are the same platform."""
-    return provenance.comparable(dict(section))
-
-
 def _environment() -> dict[str, dict[str, Any]]:
     """The run's software (with a hash of the script that runs it) and platform."""
     script = getattr(sys.modules.get("__main__"), "__file__", None)
@@ -457,9 +451,13 @@ def check_identity(
         diff, unrecorded = _config_differences(old, config)
         if unrecorded:
             note(f"{path} records no {unrecorded} (written by an older metarl): not compared")
+        moved_on = set()  # the sections whose values changed (XLA_FLAGS in any order the same)
         for section in ENVIRONMENT:  # other code, libraries or devices: forceable
             if section in old:
-                changed = _differences(_comparable(old[section]), _comparable(now[section]))
+                comparable = provenance.comparable
+                changed = _differences(comparable(old[section]), comparable(now[section]))
+                if changed:
+                    moved_on.add(section)
                 diff.update(
                     {f"{section}.{k}": (old[section].get(k), now[section].get(k)) for k in changed}
                 )
@@ -482,10 +480,7 @@ def check_identity(
             raise SystemExit(f"{logdir} holds a run with another {what}:\n{lines}\n{hint}")
         record["forced"] = old.get("forced", []) + ([sorted(blocking)] if blocking else [])
         for section in ENVIRONMENT:  # the values of the segments before each change
-            moved_on = not _same(
-                _comparable(old.get(section, now[section])), _comparable(now[section])
-            )
-            earlier = [old[section]] if moved_on else []
+            earlier = [old[section]] if section in moved_on else []
             record[f"{section}_before"] = old.get(f"{section}_before", []) + earlier
         earlier = {k: a for k, (a, _) in blocking.items() if k.split(".")[0] not in ENVIRONMENT}
         # a resume may change the stock's depth unforced, but the run goes on to float
