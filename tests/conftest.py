@@ -44,8 +44,12 @@ every hundredth, all of them (JAX's caches included). At 50,000 a young collecti
 runs 70 times less often, and a full one still runs every 5 million allocations.
 Cold, on 2 cores of an AMD EPYC (2026-12-06): tests/test_contexts.py 70.9 and 72.8 s
 -> 60.5 s (at 200,000: 63.0 and 60.5 s), tests/test_reads.py 62.4 -> 51.8 s, peak
-memory the same (1.6 and 1.1 GB). It changes no number. Set METARL_TEST_GC_DEFAULTS=1
-to keep Python's.
+memory the same (1.6 and 1.1 GB). It changes no number. The processes the tests start
+(experiment scripts, a test's own process) collect at the same threshold, through
+tests/subprocess_site/sitecustomize.py on their PYTHONPATH (METARL_TEST_GC_THRESHOLD
+sets theirs apart): the quickstart killed and resumed and the Playground experiment,
+cold, interleaved, 96.8 and 90.3 s -> 86.2 and 79.0 s (2026-12-06, second pair of
+runs). Set METARL_TEST_GC_DEFAULTS=1 to keep Python's everywhere.
 
 METARL_TEST_PROFILE=<folder>: where the suite's time goes. Each worker writes the
 seconds JAX spent tracing, lowering and compiling for each test (JAX's own monitoring
@@ -73,6 +77,12 @@ GC_THRESHOLD = (50_000, 10, 10)  # Python's default: (700, 10, 10)
 
 if os.environ.get("METARL_TEST_GC_DEFAULTS", "0") != "1":
     gc.set_threshold(*GC_THRESHOLD)
+    # and in the processes the tests start (tests/subprocess_site/sitecustomize.py)
+    os.environ.setdefault("METARL_TEST_GC_THRESHOLD", ",".join(map(str, GC_THRESHOLD)))
+    _site = str(Path(__file__).resolve().parent / "subprocess_site")
+    _path = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if _site not in _path:
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [_site, *_path] if p)
 
 OPTIMIZED = FAST_COMPILE[1:]  # `xla_flags_without(OPTIMIZED)`: the emitters kept
 # The flags of FAST_COMPILE set here, not by the user. The pytest-xdist workers inherit
