@@ -3,6 +3,7 @@ visible contexts, range replacement without recompiling, non-finite states."""
 
 import json
 import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -178,6 +179,31 @@ def test_check_env_catches_a_context_that_changes_nothing(env, space, name, mess
     env = make_contextual(env(), C.ContextSpace(space), episode_length=5)
     with pytest.raises(ContractError, match=f"context '{name}' {message}"):
         check_env(env, num_envs=4, max_steps=12)
+
+
+def test_check_env_names_every_context_that_changes_nothing_at_once():
+    """Each check_env compiles a rollout: it named only the first context that did not
+    reach the simulation, so a user fixed one and compiled again to learn of the next.
+    A cached System ignores gravity and mass alike; the goal the puck observes reaches
+    its observations and is not named."""
+    space = {"gravity": C.Scale(0.1, 3.0), "goal": C.Uniform(-1.0, 1.0), "mass": C.Scale(0.5, 2)}
+
+    class CachedObservingItsGoal(_CachesItsSystem):
+        task_params = {"goal": 1.0}
+
+        def _obs(self, ps):
+            return super()._obs(ps).at[0].add(self.task_params["goal"])
+
+    env = make_contextual(CachedObservingItsGoal(), C.ContextSpace(space), episode_length=5)
+    with pytest.raises(ContractError) as refused:
+        check_env(env, num_envs=4, max_steps=12)
+    message = str(refused.value)
+    assert message.startswith(
+        "2 of the 3 contexts checked ('gravity', 'goal', 'mass') do not reach the simulation:"
+    )
+    for name in ("gravity", "mass"):
+        assert re.search(f"\n- context '{name}' {STEP_IGNORES_IT}", message), message
+    assert "'goal' changes" not in message
 
 
 def test_check_env_passes_a_choice_of_two_values_drawn_alike_by_chance():

@@ -40,7 +40,8 @@ def check_env(
     """Checks jit, vmap, per-env contexts, resampling on trial end, determinism,
     finite observations and that every context reaches the simulation (a
     physical one through the step, not only the reset). Raises
-    `ContractError` naming the broken clause; returns a few counts on success.
+    `ContractError` naming the broken clause (every context that does not reach the
+    simulation, and why, in one message); returns a few counts on success.
 
     `max_steps` random-action steps must end at least one trial (shorten the
     env's `episode_length` for envs that never terminate).
@@ -189,6 +190,7 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
         return any(not np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b, strict=True))
 
     reference = run(base, _moved(env))
+    failures: list[str] = []  # each name that does not reach the simulation, and why
     ended0, dynamics0, *rest0 = to_numpy(reference[-1])
     touching = to_numpy(reference[-2])  # [T, B, ngeom], None: a backend keeps no contacts
     for name, d in draws.items():
@@ -197,14 +199,14 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
             continue
         values = f"at {d[0].tolist()} and at {far.tolist()}"
         if name in task:  # the whole rollout: a task parameter may act in the reset only
-            _require(
-                differ(
-                    trajectory(reference), trajectory(run(base.pinned({name: far}), _moved(env)))
-                ),
-                f"context {name!r} changes nothing: {values}, the same keys and actions gave "
-                "the same physics, observations and rewards; the env never uses this task "
-                "parameter",
-            )
+            if not differ(
+                trajectory(reference), trajectory(run(base.pinned({name: far}), _moved(env)))
+            ):
+                failures.append(
+                    f"context {name!r} changes nothing: {values}, the same keys and actions "
+                    "gave the same physics, observations and rewards; the env never uses this "
+                    "task parameter"
+                )
             continue
         ended, dynamics, *rest = to_numpy(run(base, _moved(env, name, far))[-1])
         simulated = ~(ended | ended0)  # [T, B]: a step that ended returns a reset's physics
@@ -220,20 +222,27 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
         seen = ""
         if name in contact and touching is not None:  # were there contacts to act on?
             touched = int(touching[simulated][:, contact[name]].any(axis=-1).sum())
-            _require(
-                touched > 0,
-                f"context {name!r} was never exercised: it acts only through contacts, and in "
-                f"none of the {int(simulated.sum())} states stepped was a contact of its geoms "
-                "active (in a step's last physics substep); check it on a rollout that makes "
-                "contact (more max_steps or num_envs, or other ranges for the other contexts)",
-            )
+            if not touched:
+                failures.append(
+                    f"context {name!r} was never exercised: it acts only through contacts, and "
+                    f"in none of the {int(simulated.sum())} states stepped was a contact of its "
+                    "geoms active (in a step's last physics substep); check it on a rollout "
+                    "that makes contact (more max_steps or num_envs, or other ranges for the "
+                    "other contexts)"
+                )
+                continue
             seen = f" ({touched} of them with a contact of its geoms active)"
-        raise ContractError(
+        failures.append(
             f"context {name!r} changes nothing a step simulates: {values}, one step from the "
             f"same {ended.size} states{seen} with the same actions gave the same physics, "
             "observations, rewards and ends; the step ignores it (a System the env caches, "
             "a field the backend does not read), whatever its reset does"
         )
+    if len(failures) > 1:  # every one at once: each check_env compiles a rollout anew
+        checked = ", ".join(map(repr, draws))
+        head = f"{len(failures)} of the {len(draws)} contexts checked ({checked}) do not reach"
+        failures = [f"{head} the simulation:", *failures]
+    _require(not failures, "\n- ".join(failures))
     return len(draws)
 
 
