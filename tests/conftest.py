@@ -80,9 +80,9 @@ if os.environ.get("METARL_TEST_GC_DEFAULTS", "0") != "1":
     # and in the processes the tests start (tests/subprocess_site/sitecustomize.py)
     os.environ.setdefault("METARL_TEST_GC_THRESHOLD", ",".join(map(str, GC_THRESHOLD)))
     _site = str(Path(__file__).resolve().parent / "subprocess_site")
-    _path = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    if _site not in _path:
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [_site, *_path] if p)
+    _path = os.environ.get("PYTHONPATH", "")  # as set: an empty entry is the working folder
+    if _site not in _path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join([_site, _path]) if _path else _site
 
 OPTIMIZED = FAST_COMPILE[1:]  # `xla_flags_without(OPTIMIZED)`: the emitters kept
 # The flags of FAST_COMPILE set here, not by the user. The pytest-xdist workers inherit
