@@ -454,8 +454,9 @@ def check_identity(
         moved_on = set()  # the sections whose values changed (XLA_FLAGS in any order the same)
         for section in ENVIRONMENT:  # other code, libraries or devices: forceable
             if section in old:
-                comparable = provenance.comparable
-                changed = _differences(comparable(old[section]), comparable(now[section]))
+                changed = _differences(
+                    provenance.comparable(old[section]), provenance.comparable(now[section])
+                )
                 if changed:
                     moved_on.add(section)
                 diff.update(
