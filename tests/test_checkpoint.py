@@ -1,5 +1,6 @@
 """metarl.checkpoint: bit-exact round trips, retention, atomicity under SIGKILL, errors."""
 
+import contextlib
 import os
 import pathlib
 import random
@@ -319,7 +320,35 @@ def test_a_damaged_latest_step_falls_back_to_the_newest_intact_one(tmp_path):
                 _check_set_aside(run, rel, how, warned)
 
 
+@contextlib.contextmanager
+def _orbaxs_abandoned_reads_unreported():
+    """Where one read of a damaged step raises, orbax abandons its other reads: each
+    coroutine, and each callback onto its closed event loop, then raises where nothing
+    catches it (40 in the test below), which Python hands to `sys.unraisablehook` and
+    pytest printed as warnings after its summary. These two, and nothing else, are
+    dropped here."""
+    hook = sys.unraisablehook
+
+    def report(unraisable):
+        abandoned = "_read_array_index_and_device_put" in repr(unraisable.object) or (
+            unraisable.object is None and "Event loop is closed" in str(unraisable.exc_value)
+        )
+        if not abandoned:
+            hook(unraisable)
+
+    sys.unraisablehook = report
+    try:
+        yield
+    finally:
+        sys.unraisablehook = hook
+
+
 def test_a_step_saved_without_its_file_digests_is_judged_by_orbaxs_errors(tmp_path):
+    with _orbaxs_abandoned_reads_unreported():
+        _judged_by_orbaxs_errors(tmp_path)
+
+
+def _judged_by_orbaxs_errors(tmp_path):
     source = tmp_path / "source"
     files = _saved_twice(source, digests=False)
     cases = 0
