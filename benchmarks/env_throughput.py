@@ -71,6 +71,10 @@ first reset is a program of its own, run before each timed call and not timed
   profile plugin, Perfetto or `jax.profiler.ProfileData`).
 * `--summarize FILE ...` times nothing: it prints the ratios of stored result files
   again, aggregated as above, beside the medians files before 2026-12-05 reported.
+* Each ratio comes with a 95% confidence interval: the t interval of the paired rounds'
+  log ratios (since 2026-12-06), which says whether it differs from a target by more
+  than the rounds disagree. Rounds of one process share its host's drift, so read it as
+  a lower bound on the uncertainty across runs.
 * ablate_norefill: the pool's machinery without its refills (not exact): a done
   env swaps in its pool entry, which is never recomputed, so the step carries and
   selects the second physics state but never refills and never asks whether to
@@ -110,7 +114,7 @@ from brax import envs as brax_envs
 from brax.envs.wrappers import training as brax_training
 
 from metarl import contexts as C
-from metarl import provenance
+from metarl import provenance, stats
 from metarl.compilation import loop_carries
 from metarl.contexts.quantities import QUANTITIES
 from metarl.envs import (
@@ -552,7 +556,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
     # the paired ratios, printed before, is the middle round of 3; a stored H200
     # hopper run read 0.980 there against 0.953 between its steps/s columns.)
     print(
-        f"{'variant':<22}{'steps/s':>12}{'ratio (geo. mean, min-max)':>28}"
+        f"{'variant':<22}{'steps/s':>12}{'ratio (geo. mean [95% CI], min-max)':>44}"
         f"{'compile s':>11}{'ratio':>7}{'dones/step':>12}{'refills/step':>14}{'fresh/step':>12}"
     )
     result = {}
@@ -562,9 +566,7 @@ def bench(name: str, n: int, cfg: Config) -> dict:
         paired = _paired(base if base is not None else np.full_like(ts, np.nan), ts)
         c_ratio = compile_s[label] / compile_s.get("plain", np.nan)
         print(
-            f"{label:<22}{sps:>12,.0f}{paired['ratio']:>12.3f} "
-            f"({paired['ratio_min']:.3f}-{paired['ratio_max']:.3f})"
-            f"{compile_s[label]:>11.1f}{c_ratio:>7.2f}"
+            f"{label:<22}{sps:>12,.0f}{_ratio_text(paired):>44}{compile_s[label]:>11.1f}{c_ratio:>7.2f}"
             f"{dones[label] / cfg.steps:>12.1f}{refills[label] / cfg.steps:>14.3f}"
             f"{fresh[label] / cfg.steps:>12.1f}"
         )
@@ -768,14 +770,30 @@ def _geomean(x: np.ndarray) -> float:
 
 def _paired(base: np.ndarray, times: np.ndarray) -> dict[str, float]:
     """A variant's paired rounds against plain Brax's: the ratio (their geometric
-    mean), its range, and the median the files before 2026-12-05 reported."""
-    r = np.asarray(base) / np.asarray(times)
+    mean), its 95% confidence interval, its range, and the median the files before
+    2026-12-05 reported. The interval is the t interval of the rounds' log ratios
+    (`metarl.stats.difference`, paired), taken back from logs: it reads each round as
+    an independent draw of the machine's noise, so it says whether a ratio differs
+    from a target by more than its rounds disagree (NaN with fewer than 2 rounds)."""
+    base, times = np.asarray(base, np.float64), np.asarray(times, np.float64)
+    r = base / times
+    d = stats.difference(np.log(base), np.log(times), paired=True)
     return {
         "ratio": _geomean(r),
+        "ratio_ci_low": float(np.exp(d.ci_low)),
+        "ratio_ci_high": float(np.exp(d.ci_high)),
         "ratio_median": float(np.median(r)),
         "ratio_min": float(r.min()),
         "ratio_max": float(r.max()),
     }
+
+
+def _ratio_text(p: dict[str, float]) -> str:
+    """``"0.967 [0.903, 1.036] (0.926-0.995)"``: the ratio, its 95% CI, its range."""
+    return (
+        f"{p['ratio']:.3f} [{p['ratio_ci_low']:.3f}, {p['ratio_ci_high']:.3f}] "
+        f"({p['ratio_min']:.3f}-{p['ratio_max']:.3f})"
+    )
 
 
 def _median(rows: list, i: int, part: str) -> float:
@@ -822,11 +840,11 @@ def plot(results: dict, path: Path) -> None:
 
 
 def summarize(paths: tuple[str, ...]) -> dict:
-    """{file: {env: {num_envs: {variant: (ratio, min, max, old median)}}}} of stored
-    result files, each variant's ratio to plain Brax as `bench` now gives it (the
-    geometric mean of the paired rounds' ratios), printed beside the median that
-    files before 2026-12-05 reported. Runs without plain Brax or per-round times are
-    left out, said so."""
+    """{file: {env: {num_envs: {variant: `_paired`'s dict}}}} of stored result files,
+    each variant's ratio to plain Brax as `bench` now gives it (the geometric mean of
+    the paired rounds' ratios, with its 95% CI), printed beside the median that files
+    before 2026-12-05 reported. Runs without plain Brax or per-round times are left
+    out, said so."""
     out = {}
     for path in paths:
         stored = json.loads(Path(path).read_text())
@@ -841,15 +859,12 @@ def summarize(paths: tuple[str, ...]) -> dict:
                     continue
                 base = times["plain"]
                 print(f"{path}: {name}, {n} envs, {len(base)} paired rounds")
-                print(f"  {'variant':<26}{'ratio (geo. mean, min-max)':>28}{'median':>9}")
+                head = "ratio (geo. mean [95% CI], min-max)"
+                print(f"  {'variant':<26}{head:>44}{'median':>9}")
                 rows = out[path].setdefault(name, {}).setdefault(n, {})
                 for label, ts in times.items():
-                    p = _paired(base, ts)
-                    rows[label] = (p["ratio"], p["ratio_min"], p["ratio_max"], p["ratio_median"])
-                    print(
-                        f"  {label:<26}{p['ratio']:>12.3f} ({p['ratio_min']:.3f}-"
-                        f"{p['ratio_max']:.3f}){p['ratio_median']:>15.3f}"
-                    )
+                    rows[label] = p = _paired(base, ts)
+                    print(f"  {label:<26}{_ratio_text(p):>44}{p['ratio_median']:>9.3f}")
     return out
 
 
