@@ -41,10 +41,12 @@ With several `--seeds`, the trainers run in paired rounds: seed 0 of every
 trainer, then seed 1 of every trainer, ... (metarl compiles once and reuses the
 program; Brax compiles per call, and with `--compile-cache` loads the programs
 of its later seeds from JAX's persistent cache). Speeds are medians over
-seeds, compile times the first seed's; returns are summarised as the IQM with a 95% bootstrap
-CI, and each metarl trainer's mean return is compared with Brax PPO's: the
-difference of means with Welch's 95% t interval (`metarl.stats.difference`). A return
-claim needs that interval, not one seed.
+seeds, compile times the first seed's; a metarl trainer's speed against Brax PPO's is
+also given per seed, paired in its round, as the geometric mean of those ratios with
+its 95% t interval (on their logs; with 2 seeds or more); returns are summarised as
+the IQM with a 95% bootstrap CI, and each metarl trainer's mean return is compared
+with Brax PPO's: the difference of means with Welch's 95% t interval
+(`metarl.stats.difference`). A return claim needs that interval, not one seed.
 
 Brax 0.14.2's PPO calls `jax.device_put_replicated`, which JAX 0.10 removed
 from its public API; this benchmark re-exposes it (one line, benchmark only).
@@ -465,7 +467,7 @@ def main(cfg: Config) -> None:
         f"{'trainer':<{w}}{'steps/s':>10}{'vs brax':>9}{'compile s':>11}"
         f"  {'eval return':>26}  {'vs brax return':>30}"
     )
-    summary = {}
+    summary, speeds = {}, []
     for name in runs:
         sps = med(name, "steps_per_sec")
         ret = stats.summarize(returns[name])
@@ -477,6 +479,8 @@ def main(cfg: Config) -> None:
         }
         vs = ""
         if name != "brax_ppo":
+            summary[name]["speed_vs_brax_paired"] = paired = _paired_speed(runs, name)
+            speeds.append(f"{name}: {_format_speed(paired)}")
             diff = stats.difference(returns[name], returns["brax_ppo"])
             summary[name]["return_minus_brax"] = dataclasses.asdict(diff)
             vs = stats.format_difference(diff)
@@ -484,12 +488,36 @@ def main(cfg: Config) -> None:
             f"{name:<{w}}{sps:>10,.0f}{sps / base:>9.2f}{compile_s(name):>11.1f}"
             f"  {stats.format_iqm(ret, 1):>26}  {vs:>30}"
         )
+    print("steps/s against Brax PPO's in the same round, geometric mean [95% CI] over seeds:")
+    print("\n".join(f"  {line}" for line in speeds))
     if cfg.gru:
         ratio = med("metarl_gru", "steps_per_sec") / med("metarl_mlp", "steps_per_sec")
         print(f"gru / mlp throughput: {ratio:.2f}")
     if cfg.out:
         record = _record(cfg, environment, runs, summary, merged, reference)
         write_json(cfg.out, record)
+
+
+def _paired_speed(runs: dict, name: str) -> dict:
+    """`name`'s steps/s against Brax PPO's, seed by seed (the two ran in one round):
+    the geometric mean of the ratios and its 95% t interval (`metarl.stats.difference`
+    on their logs, paired; NaN bounds below 2 seeds), over the seeds both ran."""
+    seeds = sorted(runs[name].keys() & runs["brax_ppo"].keys(), key=int)
+    log = lambda trainer: np.log([runs[trainer][s]["steps_per_sec"] for s in seeds])  # noqa: E731
+    d = stats.difference(log(name), log("brax_ppo"), paired=True)
+    return {
+        "seeds": len(seeds),
+        "ratio": float(np.exp(d.diff)),
+        "ci_low": float(np.exp(d.ci_low)),
+        "ci_high": float(np.exp(d.ci_high)),
+    }
+
+
+def _format_speed(paired: dict) -> str:
+    """``"1.03x [0.95, 1.11] over 8 seeds"``."""
+    low, high = paired["ci_low"], paired["ci_high"]
+    ci = "no CI" if np.isnan(low) else f"{low:.2f}, {high:.2f}"
+    return f"{paired['ratio']:.2f}x [{ci}] over {paired['seeds']} seeds"
 
 
 if __name__ == "__main__":

@@ -360,6 +360,29 @@ def test_ppo_summary_compares_the_files_with_the_first_not_this_machine(tmp_path
         dataclasses.replace(cfg, seeds=())  # and no --merge: nothing to summarise
 
 
+def test_ppo_speed_against_brax_is_paired_by_seed():
+    """A metarl trainer's speed against Brax PPO's: the geometric mean of the per-seed
+    ratios, over the seeds both ran, with the 95% t interval of their logs."""
+    bench = _load("ppo_throughput")
+    sps = lambda **seeds: {s.strip("s"): {"steps_per_sec": v} for s, v in seeds.items()}  # noqa: E731
+    runs = {
+        "brax_ppo": sps(s0=100.0, s1=200.0, s2=100.0),
+        "metarl_mlp": sps(s0=110.0, s1=180.0, s2=120.0, s3=1.0),  # seed 3: Brax ran none
+    }
+    paired = bench._paired_speed(runs, "metarl_mlp")
+    logs = np.log([1.1, 0.9, 1.2])
+    half = scipy.stats.t.ppf(0.975, 2) * logs.std(ddof=1) / np.sqrt(3)
+    assert paired["seeds"] == 3
+    np.testing.assert_allclose(paired["ratio"], np.exp(logs.mean()))
+    np.testing.assert_allclose(
+        [paired["ci_low"], paired["ci_high"]], np.exp(logs.mean() + np.array([-half, half]))
+    )
+    assert bench._format_speed(paired).endswith("] over 3 seeds")
+    one = bench._paired_speed({"brax_ppo": sps(s0=100.0), "metarl_mlp": sps(s0=50.0)}, "metarl_mlp")
+    assert np.isclose(one["ratio"], 0.5)
+    assert bench._format_speed(one) == "0.50x [no CI] over 1 seeds"
+
+
 @pytest.mark.parametrize(
     "script, field, value",
     [
