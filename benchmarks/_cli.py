@@ -1,11 +1,15 @@
-"""What every benchmark's command line checks, and how it writes its `--out` file
-(imported by the scripts here)."""
+"""What every benchmark's command line checks, how it writes its `--out` file, and
+the ratio of paired measurements (imported by the scripts here)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 from pathlib import Path
+
+import numpy as np
+
+from metarl import stats
 
 
 def check_counts(cfg, ids: tuple[str, ...] = (), zero_ok: tuple[str, ...] = ()) -> None:
@@ -30,3 +34,13 @@ def write_json(out: str, record) -> None:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(record, indent=1))
     print(f"wrote {out}")
+
+
+def paired_ratio(numer, denom) -> tuple[float, float, float]:
+    """(ratio, ci_low, ci_high) of paired positive measurements, numer[i] / denom[i]:
+    their geometric mean and its 95% t interval, from the t interval of the log ratios
+    (`metarl.stats.difference`, paired; NaN bounds below 2 pairs)."""
+    d = stats.difference(
+        np.log(np.asarray(numer, np.float64)), np.log(np.asarray(denom, np.float64)), paired=True
+    )
+    return float(np.exp(d.diff)), float(np.exp(d.ci_low)), float(np.exp(d.ci_high))

@@ -109,12 +109,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tyro
-from _cli import check_counts
+from _cli import check_counts, paired_ratio
 from brax import envs as brax_envs
 from brax.envs.wrappers import training as brax_training
 
 from metarl import contexts as C
-from metarl import provenance, stats
+from metarl import provenance
 from metarl.compilation import loop_carries
 from metarl.contexts.quantities import QUANTITIES
 from metarl.envs import (
@@ -772,16 +772,16 @@ def _paired(base: np.ndarray, times: np.ndarray) -> dict[str, float]:
     """A variant's paired rounds against plain Brax's: the ratio (their geometric
     mean), its 95% confidence interval, its range, and the median the files before
     2026-12-05 reported. The interval is the t interval of the rounds' log ratios
-    (`metarl.stats.difference`, paired), taken back from logs: it reads each round as
+    (`_cli.paired_ratio`), taken back from logs: it reads each round as
     an independent draw of the machine's noise, so it says whether a ratio differs
     from a target by more than its rounds disagree (NaN with fewer than 2 rounds)."""
     base, times = np.asarray(base, np.float64), np.asarray(times, np.float64)
     r = base / times
-    d = stats.difference(np.log(base), np.log(times), paired=True)
+    _, low, high = paired_ratio(base, times)
     return {
         "ratio": _geomean(r),
-        "ratio_ci_low": float(np.exp(d.ci_low)),
-        "ratio_ci_high": float(np.exp(d.ci_high)),
+        "ratio_ci_low": low,
+        "ratio_ci_high": high,
         "ratio_median": float(np.median(r)),
         "ratio_min": float(r.min()),
         "ratio_max": float(r.max()),

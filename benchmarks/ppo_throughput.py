@@ -80,7 +80,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import tyro
-from _cli import check_counts, write_json
+from _cli import check_counts, paired_ratio, write_json
 
 from metarl import contexts as C
 from metarl import evaluation as E
@@ -500,17 +500,12 @@ def main(cfg: Config) -> None:
 
 def _paired_speed(runs: dict, name: str) -> dict:
     """`name`'s steps/s against Brax PPO's, seed by seed (the two ran in one round):
-    the geometric mean of the ratios and its 95% t interval (`metarl.stats.difference`
+    the geometric mean of the ratios and its 95% t interval (`_cli.paired_ratio`
     on their logs, paired; NaN bounds below 2 seeds), over the seeds both ran."""
     seeds = sorted(runs[name].keys() & runs["brax_ppo"].keys(), key=int)
-    log = lambda trainer: np.log([runs[trainer][s]["steps_per_sec"] for s in seeds])  # noqa: E731
-    d = stats.difference(log(name), log("brax_ppo"), paired=True)
-    return {
-        "seeds": len(seeds),
-        "ratio": float(np.exp(d.diff)),
-        "ci_low": float(np.exp(d.ci_low)),
-        "ci_high": float(np.exp(d.ci_high)),
-    }
+    sps = lambda trainer: [runs[trainer][s]["steps_per_sec"] for s in seeds]  # noqa: E731
+    ratio, low, high = paired_ratio(sps(name), sps("brax_ppo"))
+    return {"seeds": len(seeds), "ratio": ratio, "ci_low": low, "ci_high": high}
 
 
 def _format_speed(paired: dict) -> str:
