@@ -74,6 +74,15 @@ def compiled(exp):
     return experiment.compile_experiment(exp)
 
 
+@pytest.fixture(scope="module")
+def trials(exp):
+    """`exp` in trials of 2 episodes, and its programs compiled for 2 seeds: one
+    compilation for the tests that run it."""
+    env = make_contextual("inverted_pendulum", TARGET, episode_length=25, episodes_per_trial=2)
+    plain = replace(exp, env=env, eval=replace(exp.eval, episodes=2))
+    return plain, experiment.compile_experiment(plain, num_seeds=2)
+
+
 def _run(exp, compiled, logdir, segments, **kw):
     kw = {"seed": 0, **kw}
     return experiment.run(
@@ -736,8 +745,8 @@ def test_source_hash_follows_the_code_only(tmp_path):
     assert provenance.source_hash(code) != before
 
 
-def test_seed_k_of_a_batched_run_equals_the_single_run_with_that_seed(exp):
-    space1 = ppo.make_train_space(exp.env, CONFIG)
+def test_seed_k_of_a_batched_run_equals_the_single_run_with_that_seed(exp, compiled):
+    space1 = compiled.space  # the experiment's: ppo.make_train_space(exp.env, CONFIG)
     space3 = ppo.make_train_space(exp.env, CONFIG, num_seeds=3)
     k_train, k_env = ppo.split_keys(ppo.seed_keys(5, 3), 2)
     ts = ppo.init_training_state(space3, k_train)
@@ -761,12 +770,9 @@ def test_seed_k_of_a_batched_run_equals_the_single_run_with_that_seed(exp):
     assert not np.allclose(jax.tree.leaves(params)[0][0], jax.tree.leaves(params)[0][1])
 
 
-def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path, monkeypatch):
-    trials = make_contextual("inverted_pendulum", TARGET, episode_length=25, episodes_per_trial=2)
+def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, trials, tmp_path, monkeypatch):
     drawn = _heatmaps(monkeypatch)
-    rows = _run(
-        replace(exp, env=trials, eval=replace(exp.eval, episodes=2)), None, tmp_path, 1, num_seeds=2
-    )
+    rows = _run(*trials, tmp_path, 1, num_seeds=2)
     # each seed's heatmap and the aggregate's outline the ranges trained on
     assert {d[0] for d in drawn} == {"seed_0", "seed_1", "aggregate"}
     _check_heatmap_boxes(exp, drawn)
@@ -830,15 +836,15 @@ def test_a_seeded_run_logs_each_seed_and_the_aggregate(exp, tmp_path, monkeypatc
         assert got == pytest.approx(value, rel=1e-5, abs=1e-3, nan_ok=True), suffix
 
 
-def test_the_memory_probe_is_the_trained_memorys_and_changes_no_other_number(exp, tmp_path, capsys):
+def test_the_memory_probe_is_the_trained_memorys_and_changes_no_other_number(
+    trials, tmp_path, capsys
+):
     """eval.probe: after each segment a probe of the GRU's memory, fitted on the run's
     fixed fit sets and scored on every held-out split (`metarl.probe`), is logged per
     seed, over seeds and in the history; the policy load_run reads back gives the
     same figures bit for bit, and every other number is the run's without a probe."""
-    trials = make_contextual("inverted_pendulum", TARGET, episode_length=25, episodes_per_trial=2)
-    plain = replace(exp, env=trials, eval=replace(exp.eval, episodes=2))
+    plain, compiled = trials  # one compilation for both runs
     probed = replace(plain, eval=replace(plain.eval, probe=2))
-    compiled = experiment.compile_experiment(plain, num_seeds=2)  # one for both
     without = _run(plain, compiled, tmp_path / "plain", 1, num_seeds=2)
     rows = _run(probed, compiled, tmp_path / "probed", 1, num_seeds=2)
     assert [{k: v for k, v in r.items() if k != "probe"} for r in rows] == without
