@@ -158,15 +158,12 @@ def _print(per_seed: list[dict], k: int) -> None:
 def main(cfg: Config) -> dict:
     exps = rl2.variants(dataclasses.replace(cfg, agents=("gru", "oracle")))
     logdir = pathlib.Path(cfg.logdir)
+    # the segment `--segments` names (the run's last); both runs checked before either loads
+    run = {"seed": cfg.seed, "num_seeds": cfg.num_seeds, "segment": cfg.segments}
+    for name, exp in exps.items():
+        experiment.check_loadable(exp, logdir=logdir / name, **run, eval_as_run=True)
     loaded = {
-        name: experiment.load_run(  # the segment `--segments` names (the run's last)
-            exp,
-            logdir=logdir / name,
-            seed=cfg.seed,
-            num_seeds=cfg.num_seeds,
-            segment=cfg.segments,
-            eval_as_run=True,
-        )
+        name: experiment.load_run(exp, logdir=logdir / name, **run, eval_as_run=True)
         for name, exp in exps.items()
     }
     if loaded["gru"].segments != loaded["oracle"].segments:

@@ -1029,6 +1029,29 @@ class TrainedRun:
     initial: list[ppo.Policy]  # at the parameters the run started from (a control)
 
 
+def check_loadable(
+    exp: Experiment,
+    *,
+    logdir: str | os.PathLike,
+    seed: int,
+    num_seeds: int = 1,
+    segment: int | None = None,
+    eval_as_run: bool = False,
+) -> None:
+    """What `load_run` checks before it builds anything (the run's run.json, its
+    checkpoints, `segment`), raising what it raises: a script that reads several runs
+    checks them all before it compiles the first (experiments/steer_memory.py)."""
+    logdir = pathlib.Path(logdir)
+    _check_seed(exp, seed, num_seeds)
+    config = describe_run(exp, None, num_seeds, seed, 1, 1)
+    check_recorded(logdir, config, "load_run", also=("eval.",) if eval_as_run else ())
+    ckpt = logdir / CHECKPOINTS
+    if checkpoint.latest_step(ckpt) is None:
+        raise ValueError(f"load_run: {ckpt} holds no intact checkpoint: the run saved none yet")
+    if segment is not None:
+        checkpoint.require_step(ckpt, segment)
+
+
 def load_run(
     exp: Experiment,
     *,
@@ -1048,16 +1071,12 @@ def load_run(
     other than the run's, so that `held_out_sets` gives the contexts the run's
     evaluation scored (an analysis of them; other settings draw other contexts).
     Writes nothing (but moves a damaged newest checkpoint aside, as a resume does),
-    so the run may go on afterwards."""
+    so the run may go on afterwards. `check_loadable` makes its checks alone."""
+    check_loadable(
+        exp, logdir=logdir, seed=seed, num_seeds=num_seeds, segment=segment, eval_as_run=eval_as_run
+    )
     logdir = pathlib.Path(logdir)
-    _check_seed(exp, seed, num_seeds)
-    config = describe_run(exp, None, num_seeds, seed, 1, 1)
-    check_recorded(logdir, config, "load_run", also=("eval.",) if eval_as_run else ())
     ckpt = logdir / CHECKPOINTS
-    if checkpoint.latest_step(ckpt) is None:
-        raise ValueError(f"load_run: {ckpt} holds no intact checkpoint: the run saved none yet")
-    if segment is not None:  # before the states are built (their programs compiled)
-        checkpoint.require_step(ckpt, segment)
     r = Run(exp, logdir, seed, num_seeds, compiled)
     r._init_states()  # noqa: SLF001 - the structure to restore into, and the initial agents
     initial = r.policies()
@@ -1439,6 +1458,7 @@ __all__ = [
     "RunArgs",
     "analysis_key",
     "check_identity",
+    "check_loadable",
     "compile_experiment",
     "held_out_sets",
     "print_comparison",

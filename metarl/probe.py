@@ -95,7 +95,9 @@ def _memory_states(policy, who: str, refusal: str) -> list:
 # how `steer` moves the memory: as it moves with the context, or by the least change
 STEER_ALONG = ("encoding", "readout")
 
-# evaluator -> its jitted recording rollout: one compilation per evaluator, as evaluate's
+# env -> {(steps, envs): its jitted recording rollout}: one compilation per env and
+# batch, shared by the evaluators that run batches of one size (a probe's fit set and the
+# evaluation's, experiments/probe_memory.py), where evaluate compiles once per evaluator
 _RECORDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -107,12 +109,14 @@ def _rollout_shape(evaluator: Evaluator) -> tuple[int, int]:
 
 def _recorder(evaluator: Evaluator):
     """The jitted recording rollout of `evaluator`'s env and sizes."""
-    if evaluator in _RECORDERS:
-        return _RECORDERS[evaluator]
-    env = evaluator.env
     steps, n = _rollout_shape(evaluator)
+    built = _RECORDERS.setdefault(evaluator.env, {})
+    if (steps, n) in built:
+        return built[steps, n]
+    held = weakref.ref(evaluator.env)  # the dict's value must not keep its key alive
 
     def rollout(policy, ranges, key):
+        env = held()  # traced while a caller's evaluator holds it
         reset = functools.partial(env.reset, checked=True)  # `Evaluator.ranges` checked them
         state = jax.vmap(reset)(jax.random.split(key, n), ranges)
         targets = jnp.concatenate(
@@ -138,14 +142,15 @@ def _recorder(evaluator: Evaluator):
         (_, carry, _), (memory, episode) = jax.lax.scan(body, init, None, length=steps)
         return memory.swapaxes(0, 1), episode.swapaxes(0, 1), targets, carry
 
-    _RECORDERS[evaluator] = jax.jit(rollout)
-    return _RECORDERS[evaluator]
+    built[steps, n] = jax.jit(rollout)
+    return built[steps, n]
 
 
 def record_memory(evaluator: Evaluator, policy, contexts: ContextSet, key: jax.Array) -> Memory:
     """Runs one trial per env (``evaluator.trials`` envs per context of `contexts`,
     the deterministic policy of a recurrent agent) and records its memory; one
-    compilation per evaluator for every set and policy of its TrainSpace."""
+    compilation per env and batch size (evaluators of one size share it) for every set
+    and policy of its TrainSpace."""
     _memory_states(policy, "record_memory", "between steps; probe")
     ranges, c = evaluator.ranges(contexts)
     memory, episode, targets = map(np.asarray, _recorder(evaluator)(policy, ranges, key)[:3])
@@ -539,7 +544,7 @@ def control_policy(
     env at the same step, along one fixed unit direction (drawn from `seed`) that
     the probe's readout does not see. Evaluate it on the same contexts with the same
     key: a return it changes was changed by a push of the steered run's size, not
-    by the decoded context. One compilation per evaluator, shared with
+    by the decoded context. One compilation per env and batch size, shared with
     `record_memory` of a steered policy."""
     if not isinstance(steered, SteeredPolicy) or bool(steered.control):
         raise ValueError(

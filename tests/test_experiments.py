@@ -17,6 +17,7 @@ import tyro
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from metarl import checkpoint, experiment
+from metarl.compilation import count_compilations
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = ["--segments", "3", "--widening-segments", "2", "--steps-per-segment", "2048", "--seed", "1"]
@@ -234,8 +235,9 @@ def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
 
     steer_memory = _script("steer_memory")
     steer_cfg = tyro.cli(steer_memory.Config, args=[*args, *fit])
-    with pytest.raises(ValueError, match="holds no run.json"):
-        steer_memory.main(steer_cfg)  # no oracle run yet
+    with count_compilations() as compiles, pytest.raises(ValueError, match="holds no run.json"):
+        steer_memory.main(steer_cfg)  # no oracle run yet: refused before the gru's loads
+    assert compiles.count == 0
     experiment.run(
         rl2.variants(run_cfg)["oracle"], **run_cfg.run_kwargs() | {"logdir": tmp_path / "oracle"},
         hparams=run_cfg, progress=False, table=False,
