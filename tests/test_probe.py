@@ -71,6 +71,13 @@ def test_the_recorded_memory_is_the_agents_in_the_contexts_asked_for(env, policy
     state = jax.vmap(env.reset)(jax.random.split(key, 8), ranges)
     _, carry = policy(state.obs, policy.init_carry(8))
     np.testing.assert_allclose(push.features[:, 0], np.asarray(carry.policy)[:6], rtol=1e-6)
+    # another evaluator of the env that runs batches of the same size (a probe's fit set
+    # beside the evaluation's) records with the same program: nothing compiles
+    other = E.Evaluator(env, episodes=2, max_contexts=8)  # a trial per context: 8 envs
+    with count_compilations() as compiles:
+        again = P.record_memory(other, policy, _gains(1.0, 0.5, -0.5), key)
+    assert compiles.count == 0
+    np.testing.assert_array_equal(again.targets[:, 0], [1.0, 0.5, -0.5])
 
 
 def _policy(env, core: str):
