@@ -777,9 +777,9 @@ def _paired(base: np.ndarray, times: np.ndarray) -> dict[str, float]:
     from a target by more than its rounds disagree (NaN with fewer than 2 rounds)."""
     base, times = np.asarray(base, np.float64), np.asarray(times, np.float64)
     r = base / times
-    _, low, high = paired_ratio(base, times)
+    ratio, low, high = paired_ratio(base, times)
     return {
-        "ratio": _geomean(r),
+        "ratio": ratio,
         "ratio_ci_low": low,
         "ratio_ci_high": high,
         "ratio_median": float(np.median(r)),
