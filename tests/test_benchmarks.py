@@ -393,6 +393,7 @@ def test_ppo_speed_against_brax_is_paired_by_seed():
         ("first_update", "then", -1),
         ("stock_refill", "depth", 0),
         ("reset_cost", "calls", 0),
+        ("reset_compile", "repeats", 0),
     ],
 )
 def test_a_benchmark_refuses_a_count_below_one_before_it_compiles(script, field, value):
@@ -457,6 +458,39 @@ def test_reset_cost_times_the_resets_a_step_makes_and_fits_a_line():
     first = jax.vmap(env._fresh)((key, resets, *rest))
     np.testing.assert_allclose(out[1][:3], last[1], rtol=1e-5, atol=1e-6)
     assert not np.allclose(out[1][:3], first[1])  # not the first select's reset, kept
+
+
+def test_reset_compile_builds_each_program_it_names():
+    """reset_compile.py compiles the programs it says: a reset where it names one and
+    none where it switches it off. On a CPU two LAPACK calls mark a reset: Brax's
+    Cholesky factor of the mass matrix (potrf, which Brax's step does not call) and
+    the LU factorization of the derived constants (getrf: inverted_pendulum's per-body
+    mass sets the solver's inverse weights), which Brax's own reset has not. The loop's
+    conditional is in the loop only. The child process it starts for a program reports
+    what it compiled; unknown names are refused with the choices."""
+    bench = _load("reset_compile")
+    with pytest.raises(ValueError, match=r"--programs: unknown \['step'\]; choose among brax_r"):
+        bench.Config(programs=("step",))
+    with pytest.raises(ValueError, match=r"--only: unknown 'step'; choose among brax_reset"):
+        bench.Config(only="step")
+    cfg = bench.Config(envs=("inverted_pendulum",), num_envs=4, repeats=1)
+    marks = {}
+    for program in ("reset", "step_noreset", "step_and_reset", "step_dense", "step_loop"):
+        fn, args = bench._program("inverted_pendulum", program, cfg)
+        hlo = jax.jit(fn).trace(*args).lower().compile().as_text()
+        conditionals = len(re.findall(r"\sconditional\(", hlo))
+        marks[program] = hlo.count("potrf"), hlo.count("getrf"), conditionals
+    assert marks == {
+        "reset": (1, 1, 0),
+        "step_noreset": (0, 0, 0),
+        "step_and_reset": (1, 1, 0),
+        "step_dense": (1, 1, 0),
+        "step_loop": (1, 1, 1),
+    }
+    child = bench.bench("inverted_pendulum", dataclasses.replace(cfg, programs=("brax_reset",)))
+    run = child["brax_reset"]["runs"][0]
+    assert {k for k in run["custom_calls"] if "potrf" in k or "getrf" in k} == {"lapack_spotrf_ffi"}
+    assert run["hlo_lines"] > 100 and run["compile_s"] > 0
 
 
 def test_the_brax_timer_wraps_for_the_call_only():
