@@ -7,9 +7,10 @@ import dataclasses
 import json
 from pathlib import Path
 
+import jax
 import numpy as np
 
-from metarl import stats
+from metarl import provenance, stats
 
 
 def check_counts(cfg, ids: tuple[str, ...] = (), zero_ok: tuple[str, ...] = ()) -> None:
@@ -34,6 +35,21 @@ def write_json(out: str, record) -> None:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(record, indent=1))
     print(f"wrote {out}")
+
+
+def per_env_results(cfg, bench) -> dict:
+    """Runs `bench(name, cfg)` for each of `cfg.envs` and returns them with the config,
+    the software and the platform (`metarl.provenance`), written to `cfg.out` if set."""
+    print(f"jax {jax.__version__} on {jax.default_backend()} ({jax.devices()[0].device_kind})")
+    results = {
+        "config": dataclasses.asdict(cfg),
+        "software": provenance.software(),
+        "platform": provenance.platform(),
+        "envs": {name: bench(name, cfg) for name in cfg.envs},
+    }
+    if cfg.out:
+        write_json(cfg.out, results)
+    return results
 
 
 def paired_ratio(numer, denom) -> tuple[float, float, float]:

@@ -43,11 +43,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tyro
-from _cli import check_counts, write_json
+from _cli import check_counts, per_env_results
 from brax import envs as brax_envs
 from env_throughput import _ablated, _space
 
-from metarl import provenance
 from metarl.envs import make_contextual
 
 PROGRAMS = ("brax_reset", "reset", "step_noreset", "step_and_reset", "step_dense", "step_loop")
@@ -154,16 +153,7 @@ def main(cfg: Config) -> dict:
     if cfg.only is not None:  # a child process: one program, one line of JSON
         print(json.dumps(compile_once(cfg.envs[0], cfg.only, cfg)))
         return {}
-    print(f"jax {jax.__version__} on {jax.default_backend()} ({jax.devices()[0].device_kind})")
-    results = {
-        "config": dataclasses.asdict(cfg),
-        "software": provenance.software(),
-        "platform": provenance.platform(),
-        "envs": {name: bench(name, cfg) for name in cfg.envs},
-    }
-    if cfg.out:
-        write_json(cfg.out, results)
-    return results
+    return per_env_results(cfg, bench)
 
 
 if __name__ == "__main__":

@@ -35,12 +35,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tyro
-from _cli import check_counts, write_json
+from _cli import check_counts, per_env_results
 from brax import envs as brax_envs
 from brax.envs.wrappers import training as brax_training
 from env_throughput import _space
 
-from metarl import provenance
 from metarl.envs import make_contextual
 from metarl.envs.autoreset import trip_size
 
@@ -207,16 +206,7 @@ def bench(name: str, cfg: Config) -> dict:
 
 
 def main(cfg: Config) -> dict:
-    print(f"jax {jax.__version__} on {jax.default_backend()} ({jax.devices()[0].device_kind})")
-    results = {
-        "config": dataclasses.asdict(cfg),
-        "software": provenance.software(),
-        "platform": provenance.platform(),
-        "envs": {name: bench(name, cfg) for name in cfg.envs},
-    }
-    if cfg.out:
-        write_json(cfg.out, results)
-    return results
+    return per_env_results(cfg, bench)
 
 
 if __name__ == "__main__":
