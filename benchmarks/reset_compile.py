@@ -2,11 +2,12 @@
 
 Plain Brax's step never resets: its auto-reset copies back a cached first state, and
 Brax compiles its reset only in `reset`. A contextual env's step computes each done
-env's own reset, so every program that steps compiles a reset too. This compiles, each
-in a process of its own (nothing traced or compiled before it, no persistent cache),
-`--repeats` times, with the env benchmark's contexts (`env_throughput._space`) at
-`--num-envs` envs, returning every output (returning only the observation lets XLA
-drop most of a reset: the physics state the observation does not read):
+env's own reset, so every program that steps compiles a reset too. This compiles each
+program `--repeats` times, each time in a process of its own (nothing compiled before
+it, JAX's persistent cache off), with the env benchmark's contexts
+(`env_throughput._space`) at `--num-envs` envs, returning every output (returning only
+the observation lets XLA drop most of a reset: the physics state the observation does
+not read):
 
 * ``brax_reset``: Brax's own reset, `jax.vmap(env.reset)`;
 * ``reset``: the contextual env's reset (the draw, its derived constants, Brax's reset
@@ -14,8 +15,9 @@ drop most of a reset: the physics state the observation does not read):
 * ``step_noreset``: `jax.vmap(env.step)` with its resets switched off
   (`env_throughput`'s ``ablate_noreset``; not exact, a diagnostic);
 * ``step_and_reset``: that step and an independent reset, in one program;
-* ``step_dense``, ``step_loop``: the step, its resets computed as "dense" (for every
-  env, kept where done) or as "loop" (for the done envs; "auto" on a CPU) do.
+* ``step_dense``, ``step_loop``: the step with its resets, computed as "dense" does
+  (for every env, kept where done) or as "loop" does (for the done envs alone; "auto"
+  on a CPU).
 
 It prints each program's compile seconds (XLA's compile, not tracing or lowering:
 median and range over the repeats) and the lines of its compiled HLO. XLA's flags are
@@ -74,8 +76,9 @@ class Config:
 
 
 def _program(name: str, program: str, cfg: Config):
-    """(function, the shapes and dtypes of its arguments): nothing is computed or
-    compiled before the program."""
+    """(function, the shapes and dtypes of its arguments): nothing is compiled before
+    the program (a step's state is shaped by tracing the reset, so a step's trace_s
+    leaves out the reset's trace, which JAX keeps)."""
     kwargs = {} if cfg.backend is None else {"backend": cfg.backend}
     raw = brax_envs.get_environment(name, **kwargs)
     n = cfg.num_envs
@@ -151,6 +154,8 @@ def bench(name: str, cfg: Config) -> dict:
 
 def main(cfg: Config) -> dict:
     if cfg.only is not None:  # a child process: one program, one line of JSON
+        # cold, even where JAX_COMPILATION_CACHE_DIR is set (as the tests set it)
+        jax.config.update("jax_enable_compilation_cache", False)
         print(json.dumps(compile_once(cfg.envs[0], cfg.only, cfg)))
         return {}
     return per_env_results(cfg, bench)
