@@ -9,8 +9,10 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from brax import envs as brax_envs
 
 from metarl import provenance, stats
+from metarl.contexts import BACKENDS
 
 
 def check_counts(cfg, ids: tuple[str, ...] = (), zero_ok: tuple[str, ...] = ()) -> None:
@@ -28,6 +30,19 @@ def check_counts(cfg, ids: tuple[str, ...] = (), zero_ok: tuple[str, ...] = ()) 
         if any(isinstance(v, int) and not isinstance(v, bool) and v < least for v in values):
             flag = "--" + field.name.replace("_", "-")
             raise ValueError(f"{flag} must be >= {least}, got {value!r}")
+
+
+def check_envs(cfg) -> None:
+    """Refuses an unknown Brax env in `cfg.envs` or an unknown `cfg.backend`, naming the
+    valid choices, before anything is built."""
+    known = sorted(brax_envs._envs)  # noqa: SLF001 - Brax has no public listing
+    if unknown := [e for e in cfg.envs if e not in known]:
+        raise ValueError(f"--envs: unknown Brax env {unknown}; valid names: {', '.join(known)}")
+    if cfg.backend is not None and cfg.backend not in BACKENDS:
+        raise ValueError(
+            f"--backend {cfg.backend!r}: choose one of {', '.join(BACKENDS)} "
+            "(or leave it out for each env's default)"
+        )
 
 
 def write_json(out: str, record) -> None:

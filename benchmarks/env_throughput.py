@@ -109,7 +109,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tyro
-from _cli import check_counts, paired_ratio
+from _cli import check_counts, check_envs, paired_ratio
 from brax import envs as brax_envs
 from brax.envs.wrappers import training as brax_training
 
@@ -156,14 +156,7 @@ class Config:
 
     def __post_init__(self):
         check_counts(self)
-        known = sorted(brax_envs._envs)  # noqa: SLF001 - Brax has no public listing
-        if unknown := [e for e in self.envs if e not in known]:
-            raise ValueError(f"--envs: unknown Brax env {unknown}; valid names: {', '.join(known)}")
-        if self.backend is not None and self.backend not in C.BACKENDS:
-            raise ValueError(
-                f"--backend {self.backend!r}: choose one of {', '.join(C.BACKENDS)} "
-                "(or leave it out for each env's default)"
-            )
+        check_envs(self)
         if unknown := [v for v in self.variants if not _known_variant(v)]:
             raise ValueError(f"--variants: unknown {unknown}; choose among {', '.join(VARIANTS)}")
         depths = [self.stock_depth] + [

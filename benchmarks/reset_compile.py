@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tyro
-from _cli import check_counts, per_env_results
+from _cli import check_counts, check_envs, per_env_results
 from brax import envs as brax_envs
 from env_throughput import _ablated, _space
 
@@ -70,9 +70,7 @@ class Config:
             raise ValueError(f"--programs: unknown {unknown}; choose among {', '.join(PROGRAMS)}")
         if self.only is not None and self.only not in PROGRAMS:
             raise ValueError(f"--only: unknown {self.only!r}; choose among {', '.join(PROGRAMS)}")
-        known = sorted(brax_envs._envs)  # noqa: SLF001 - Brax has no public listing
-        if unknown := [e for e in self.envs if e not in known]:
-            raise ValueError(f"--envs: unknown Brax env {unknown}; valid names: {', '.join(known)}")
+        check_envs(self)
 
 
 def _program(name: str, program: str, cfg: Config):

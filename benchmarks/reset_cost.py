@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tyro
-from _cli import check_counts, per_env_results
+from _cli import check_counts, check_envs, per_env_results
 from brax import envs as brax_envs
 from brax.envs.wrappers import training as brax_training
 from env_throughput import _space
@@ -58,6 +58,7 @@ class Config:
 
     def __post_init__(self):
         check_counts(self)
+        check_envs(self)
         if not all(0 < c <= 1 for c in self.chunks) or not self.chunks:
             raise ValueError(f"--chunks must be fractions in (0, 1], got {self.chunks}")
         if any(s > self.num_envs for s in self.sizes) or len(set(self.sizes)) < 2:

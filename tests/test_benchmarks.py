@@ -63,6 +63,17 @@ def test_unknown_names_are_refused_with_the_choices_before_anything_compiles(fla
         bench.Config(variants=(variant,))  # every documented variant is accepted
 
 
+@pytest.mark.parametrize("script", ["reset_cost", "reset_compile"])
+def test_the_reset_benchmarks_refuse_unknown_envs_and_backends_too(script):
+    """They build Brax envs by name as env_throughput does, through one `_cli.check_envs`."""
+    bench = _load(script)
+    with pytest.raises(ValueError, match=r"unknown Brax env \['hoppr'\]; valid names: .*hopper"):
+        bench.Config(envs=("hoppr",))
+    with pytest.raises(ValueError, match=r"--backend 'mxj': choose one of generalized, mjx"):
+        bench.Config(backend="mxj")
+    bench.Config(envs=("hopper",), backend="mjx")
+
+
 def test_the_profile_counts_the_operations_a_loop_runs_and_not_the_loop():
     """A loop is recorded as one span around its operations' spans: counting both
     counted the loop's work twice (MJX's solver loop, 140 ms of ant's 1,400)."""
