@@ -25,7 +25,7 @@ def test_element_names_come_from_the_mjcf():
 
 @pytest.mark.parametrize(
     "selector, expected",
-    [("torso", [0]), ("*o*", [0, 3]), ("foot, thigh", [1, 3]), ("0, -1", [0, 3]), ("t?igh", [1])],
+    [("torso", [0]), ("*o*", [0, 3]), ("foot, thigh", [3, 1]), ("0, -1", [0, 3]), ("t?igh", [1])],
 )
 def test_selection(selector, expected):
     assert C.names.select(HOPPER.sys, "bodies", selector, "mass").tolist() == expected
@@ -39,6 +39,20 @@ def test_selection_writes_only_the_chosen_elements():
     np.testing.assert_array_equal(np.delete(after, 1), np.delete(before, 1))
     # The MuJoCo copy follows (mjx reads body_mass, with the world body first).
     assert float(sys.body_mass[2]) == 7.0
+
+
+def test_per_element_values_follow_the_order_the_selection_names():
+    space = C.ContextSpace({"mass[thigh, torso]": C.Fixed([10.0, 1.0], per_element=True)})
+    b = C.bind(space, HOPPER.sys, "generalized")
+    sys = b.apply(b.sample(jax.random.key(0)))
+    torso, thigh = np.asarray(sys.body_mass)[1:3]
+    assert (torso, thigh) == (1.0, 10.0)
+    with pytest.raises(ValueError, match=r"element shape \(2,\): thigh, torso, in this order"):
+        C.bind(
+            C.ContextSpace({"mass[thigh, torso]": C.Fixed([10.0, 1.0, 2.0], per_element=True)}),
+            HOPPER.sys,
+            "generalized",
+        )
 
 
 def test_per_element_selection_and_relative_scale():
@@ -76,6 +90,8 @@ def test_context_names_say_which_elements_varied_and_reach_the_physics():
         ("mass[]", "empty element selection"),
         ("gravity[torso]", "a single value, it has no elements"),
         ("friction[floo]", "valid geoms: floor"),
+        ("mass[torso, t*]", "body torso is chosen twice .by 'torso' and 't.'."),
+        ("mass[1, thigh]", "body thigh is chosen twice"),
     ],
 )
 def test_bad_selections_name_the_valid_elements(name, message):

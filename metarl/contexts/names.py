@@ -7,6 +7,8 @@ or integer indices into the quantity's elements (bodies are counted without
 the world body, so ``mass[0]`` is the first real body). Unnamed elements
 (Brax's ant has some) are reachable by index. Names come from the model itself
 (`mjx.Model.names`, which Brax's System shares), so they are the MJCF's.
+Per-element values follow the order the selection names the elements in
+(``"mass[thigh, torso]"``: thigh's first), each element named once.
 """
 
 from __future__ import annotations
@@ -63,13 +65,15 @@ def element_names(model, kind: str) -> list[str]:
 
 
 def select(model, kind: str, selector: str, context: str) -> np.ndarray:
-    """Sorted indices of the elements `selector` names; ValueError listing the valid
-    names when an item matches nothing."""
+    """Indices of the elements `selector` names, in the order it names them (a
+    pattern's matches in model order): per-element values follow this order.
+    ValueError listing the valid names when an item matches nothing, and when two
+    items choose the same element."""
     names = element_names(model, kind)
     items = [s.strip() for s in selector.split(",")]
     if not selector.strip() or any(not s for s in items):
         raise ValueError(f"context {context!r}: empty element selection; {_valid(names, kind)}")
-    chosen: set[int] = set()
+    chosen: dict[int, str] = {}  # element -> the item that chose it, in the order named
     for item in items:
         if re.fullmatch(r"-?\d+", item):
             i = int(item)
@@ -78,15 +82,23 @@ def select(model, kind: str, selector: str, context: str) -> np.ndarray:
                     f"context {context!r}: index {i} is out of range for {len(names)} {kind}; "
                     f"{_valid(names, kind)}"
                 )
-            chosen.add(i % len(names))
-            continue
-        hits = [i for i, n in enumerate(names) if n and fnmatch.fnmatchcase(n, item)]
+            hits = [i % len(names)]
+        else:
+            hits = [i for i, n in enumerate(names) if n and fnmatch.fnmatchcase(n, item)]
         if not hits:
             raise ValueError(
                 f"context {context!r}: no {_ONE[kind]} named {item!r}; {_valid(names, kind)}"
             )
-        chosen.update(hits)
-    return np.asarray(sorted(chosen), np.int32)
+        for i in hits:
+            if i in chosen:
+                label = names[i] or f"index {i}"
+                raise ValueError(
+                    f"context {context!r}: {_ONE[kind]} {label} is chosen twice (by "
+                    f"{chosen[i]!r} and {item!r}); name each element once, in the order "
+                    "per-element values give them"
+                )
+            chosen[i] = item
+    return np.asarray(list(chosen), np.int32)
 
 
 def _valid(names: list[str], kind: str) -> str:

@@ -421,6 +421,7 @@ class _Entry:
     relative: bool
     per_element: bool
     select: np.ndarray | None = None  # chosen element indices (name selection)
+    labels: tuple[str, ...] | None = None  # the elements' names, in the order values take
 
     @property
     def draw_shape(self) -> tuple[int, ...]:
@@ -982,6 +983,20 @@ def _zero_default_message(
     )
 
 
+def _labels(
+    target: Any, select: np.ndarray | None, sys: System, shape: tuple[int, ...]
+) -> tuple[str, ...] | None:
+    """The names of the elements a quantity's entry writes, in the order its values
+    take (a selection's own order); None where they have no names."""
+    if not isinstance(target, Quantity) or target.elements not in element_names.SELECTABLE:
+        return None
+    names = element_names.element_names(sys, target.elements)
+    index = range(len(names)) if select is None else select
+    if not shape or shape[0] != len(index):
+        return None
+    return tuple(names[i] or f"index {i}" for i in index)
+
+
 def _check_values(e: _Entry, dist: Distribution) -> None:
     """The distribution's own rules (as at construction: ranges rebuilt by JAX skip
     it), shapes that fit the field, values that stay physical."""
@@ -998,9 +1013,11 @@ def _check_values(e: _Entry, dist: Distribution) -> None:
             what = (
                 f"one value or one per element {e.shape}" if dist.per_element else "a single number"
             )
+            order = f": {', '.join(e.labels)}" if e.labels else ""
+            order += ", in this order" if e.labels and len(e.labels) > 1 else ""
             raise ValueError(
                 f"context {e.name!r}: {type(dist).__name__}.{field} has shape {shape}, which "
-                f"does not fit the field (element shape {e.shape}); expected {what}"
+                f"does not fit the field (element shape {e.shape}{order}); expected {what}"
                 + ("" if dist.per_element else "; pass per_element=True for per-element values")
             )
     lower, strict, units = _limit(e.target)
@@ -1204,6 +1221,7 @@ def bind(
             dist.relative,
             dist.per_element,
             select,
+            _labels(target, select, sys, shape),
         )
         _check_values(entry, dist)
         entries.append(entry)
