@@ -368,6 +368,94 @@ def test_a_geom_touching_only_through_a_pair_takes_a_size_but_no_friction():
     assert float(large - small) == pytest.approx(0.05, abs=0.01)
 
 
+FAMILY_XML = """
+<mujoco>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 0.1"/>
+    <geom name="stage" type="plane" pos="0 0 0.5" size="5 5 0.1" contype="8" conaffinity="8"/>
+    <body name="box" pos="0 0 0.1">
+      <joint name="x" type="slide" axis="1 0 0"/>
+      <joint name="z" type="slide" axis="0 0 1"/>
+      <geom name="box" type="box" size="0.1 0.1 0.1" mass="1"/>
+    </body>
+    <body name="arm" pos="0 0 1">
+      <joint name="a" type="hinge" axis="0 1 0"/>
+      <geom name="arm" type="capsule" fromto="0 0 0 0.3 0 0" size="0.05" contype="14"
+            conaffinity="14"/>
+      <body name="hand" pos="0.3 0 0">
+        <joint name="h" type="hinge" axis="0 1 0"/>
+        <geom name="hand" type="sphere" size="0.05" contype="2" conaffinity="2"/>
+      </body>
+    </body>
+    <body name="wall" pos="1 0 1">
+      <joint name="w" type="slide" axis="1 0 0"/>
+      <geom name="wall" type="box" size="0.05 0.5 0.5" contype="4" conaffinity="4"/>
+    </body>
+  </worldbody>
+  <contact>
+    <pair geom1="floor" geom2="box" friction="0.5 0.5 0.005 0.0001 0.0001"/>
+    <exclude body1="wall" body2="arm"/>
+  </contact>
+</mujoco>"""
+
+
+@pytest.mark.parametrize("filterparent", [True, False])
+def test_the_geoms_that_collide_are_those_mjx_collision_driver_tests(filterparent):
+    """metarl's contype/conaffinity rule against MJX's own list of the geom pairs it
+    tests: the hand collides only with its parent, the arm (filtered unless the model
+    disables filterparent), the wall only with the arm, which an <exclude> names, and
+    the box with the floor only through an explicit pair; the arm also with the stage.
+    Brax's envs as well."""
+    from brax import envs as brax_envs
+    from mujoco.mjx._src.collision_driver import geom_pairs
+
+    from metarl.contexts.quantities import _can_collide
+
+    flag = "" if filterparent else '<option><flag filterparent="disable"/></option>'
+    models = [mujoco.MjModel.from_xml_string(FAMILY_XML.replace("<mujoco>", "<mujoco>" + flag))]
+    if filterparent:
+        models += [
+            brax_envs.get_environment(name, backend="mjx").sys
+            for name in ("hopper", "ant", "humanoid", "reacher")
+        ]
+    for model in models:
+        ours = {tuple(sorted(map(int, p))) for p in np.argwhere(np.triu(_can_collide(model)))}
+        theirs = {tuple(sorted((int(a), int(b)))) for a, b, pair in geom_pairs(model) if pair < 0}
+        assert ours == theirs
+    m = mjx.put_model(models[0])
+    if filterparent:
+        for name in ("friction[box]", "friction[hand]", "friction[wall]"):
+            with pytest.raises(ValueError, match="would not change"):
+                C.bind(C.ContextSpace({name: C.Scale(0.5, 2.0)}), m, "mjx")
+        # the unnamed entry varies the geoms that rub by contype/conaffinity
+        bound = C.bind(C.ContextSpace({"friction": C.Scale(0.5, 2.0)}), m, "mjx")
+        assert bound.entries[0].labels == ("stage", "arm")
+    else:
+        C.bind(C.ContextSpace({"friction[hand]": C.Scale(0.5, 2.0)}), m, "mjx")
+
+
+def test_geom_friction_under_an_explicit_pair_changes_nothing_in_mjx():
+    """The ground truth behind refusing `friction` there: a box that the default
+    contype/conaffinity and a <contact><pair> both let touch the floor slides as far
+    under any geom friction, and not as far under another pair friction."""
+    model = mujoco.MjModel.from_xml_string(FAMILY_XML)
+    m = mjx.put_model(model)
+
+    @jax.jit
+    @jax.vmap
+    def slid(geom, pair):
+        sys = m.replace(
+            geom_friction=m.geom_friction.at[:, 0].set(geom),
+            pair_friction=m.pair_friction.at[:, :2].set(pair),
+        )
+        d = mjx.make_data(sys).replace(qfrc_applied=jnp.zeros(model.nv).at[0].set(6.0))
+        d = jax.lax.fori_loop(0, 60, lambda i, d: mjx.step(sys, d), d)
+        return d.qpos[0]
+
+    x = np.asarray(slid(jnp.array([0.1, 2.0, 0.1]), jnp.array([0.5, 0.5, 0.1])))
+    assert x[0] == x[1] and x[2] > 2 * x[0] > 0
+
+
 def test_mjcf_env_refuses_brax_backends():
     with pytest.raises(ValueError, match="runs on MJX"):
         make_contextual(

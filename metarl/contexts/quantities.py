@@ -556,16 +556,36 @@ def _no_contacts(sys, backend) -> bool:
 
 
 def _can_collide(sys) -> np.ndarray:
-    """[ngeom, ngeom]: geoms of different bodies that MuJoCo's rule
-    (contype_i & conaffinity_j) | (contype_j & conaffinity_i) lets collide, which
-    MJX's collision driver applies for every backend (Brax's own pipelines call
-    it). Parent-child filtering and <exclude> are ignored, so a geom may be live
-    that never touches."""
+    """[ngeom, ngeom]: the geom pairs MJX's collision driver tests by MuJoCo's
+    contype/conaffinity rule (its `geom_pairs`, which every backend calls: Brax's own
+    pipelines too), (contype_i & conaffinity_j) | (contype_j & conaffinity_i), less the
+    pairs it skips: geoms welded to one body, a parent and its child (unless the model
+    disables filterparent), bodies that a <contact><exclude> names, two planes or a
+    plane and a height field, and a pair that a <contact><pair> declares (its contact
+    takes the pair's parameters, not the geoms'). A pair may still never touch."""
     contype = np.asarray(sys.geom_contype)
     conaffinity = np.asarray(sys.geom_conaffinity)
-    weld = np.asarray(sys.body_weldid)[np.asarray(sys.geom_bodyid)]
+    body = np.asarray(sys.geom_bodyid)
+    weldid = np.asarray(sys.body_weldid)
+    weld = weldid[body]
     can = (contype[:, None] & conaffinity[None, :]) | (contype[None, :] & conaffinity[:, None])
-    return (can != 0) & (weld[:, None] != weld[None, :])
+    can = (can != 0) & (weld[:, None] != weld[None, :])
+    if not _disabled(sys, mujoco.mjtDisableBit.mjDSBL_FILTERPARENT):
+        parent = weldid[np.asarray(sys.body_parentid)[weld]]
+        moving = weld != 0  # the world's bodies are no one's parent here
+        family = (weld[:, None] == parent[None, :]) | (parent[:, None] == weld[None, :])
+        can &= ~(moving[:, None] & moving[None, :] & family)
+    excluded = np.asarray(getattr(sys, "exclude_signature", ()), np.int64)
+    if excluded.size:
+        b = body.astype(np.int64)
+        signature = (np.minimum(b[:, None], b[None, :]) << 16) + np.maximum(b[:, None], b[None, :])
+        can &= ~np.isin(signature, excluded)
+    kind = np.asarray(sys.geom_type)
+    plane, flat = kind == _PLANE, np.isin(kind, (_PLANE, _HFIELD))
+    can &= ~((plane[:, None] & flat[None, :]) | (flat[:, None] & plane[None, :]))
+    first, second = np.asarray(sys.pair_geom1), np.asarray(sys.pair_geom2)
+    can[first, second] = can[second, first] = False
+    return can
 
 
 def _colliding(sys, backend) -> np.ndarray:
@@ -696,10 +716,13 @@ def _wrapped_with_constants(sys, backend) -> dict[int, str]:
 
 _NO_CONTACT = (
     "it can collide with no geom of another body by MuJoCo's contype/conaffinity rule "
-    "((contype_i & conaffinity_j) or (contype_j & conaffinity_i)), or the model switches "
+    "((contype_i & conaffinity_j) or (contype_j & conaffinity_i)) other than its body's "
+    "parent or child, a body a <contact><exclude> names, or a geom it is paired with by a "
+    "<contact><pair> (whose contact reads the pair's parameters), or the model switches "
     'contacts off (<flag contact="disable"/>, or constraint="disable" on mjx)'
 )
 _HFIELD = int(mujoco.mjtGeom.mjGEOM_HFIELD)
+_PLANE = int(mujoco.mjtGeom.mjGEOM_PLANE)
 
 
 def _hfield_check(sys, backend):
