@@ -120,3 +120,14 @@ def test_sampling_outside_jit_compiles_once(dist):
         for seed in (1, 2, 3):
             dist.sample(jax.random.key(seed), (4,))
     assert again.count == 0
+
+
+def test_a_truncated_normal_without_spread_has_one_value_as_its_support():
+    """std 0 draws the mean (clipped to the bounds) and nothing else: its support is
+    that point, element by element, which check_env and the bounds check read."""
+    dist = C.TruncatedNormal([1.0, 3.0, 1.0], [0.0, 0.0, 0.2], 0.5, 2.0, per_element=True)
+    low, high = dist.support()
+    np.testing.assert_array_equal(low, [1.0, 2.0, 0.5])
+    np.testing.assert_array_equal(high, [1.0, 2.0, 2.0])
+    x = np.asarray(dist.sample(jax.random.key(0), (1000, 3)))
+    assert (x[:, :2] == low[:2]).all() and x[:, 2].min() < x[:, 2].max()

@@ -46,6 +46,8 @@ PENDULUM_SPACE = C.ContextSpace(
                 {  # bounds per body: check_env drew these with shape () and crashed
                     "mass": C.Scale([0.7, 0.8, 0.8, 0.9], [1.3, 1.2, 1.2, 1.1], per_element=True),
                     "friction": C.Uniform(0.5, 1.5),
+                    # std 0 draws its mean in every env: check_env demanded that they differ
+                    "gravity": C.TruncatedNormal(12.0, 0.0, 5.0, 15.0),
                 }
             ),
             {"episode_length": 100},

@@ -404,7 +404,11 @@ class TruncatedNormal(Distribution):
         return jnp.clip(value, low, high)
 
     def support(self):
-        return np.asarray(self.low), np.asarray(self.high)
+        """[low, high]; the one value it draws where std is 0 (its mean, clipped)."""
+        low, high = np.asarray(self.low), np.asarray(self.high)
+        point = np.clip(np.asarray(self.mean), low, high)
+        spread = np.asarray(self.std) > 0
+        return np.where(spread, low, point), np.where(spread, high, point)
 
     def _quantiles(self, q) -> np.ndarray:
         """The values below which a fraction `q` of the draws lie (float64 numpy; per
