@@ -154,7 +154,7 @@ class EvalConfig:
     contexts: int = 8  # contexts per split
     episodes: int = 2  # episodes per context
     extrapolation_factor: float = 1.5  # extrapolate within this x the training interval
-    heatmap: tuple[str, ...] = ()  # one or two context names (default: the first two)
+    heatmap: tuple[str, ...] = ()  # one or two context names (default: the first two; one: a str)
     heatmap_points: int = 5  # grid points per axis (a Choice's axis: its own points)
     # A recurrent agent's memory probed after each segment (`metarl.probe`): a linear
     # probe fitted on this many sets of `contexts` contexts drawn from the target
@@ -173,6 +173,8 @@ class EvalConfig:
                 f"x the training interval about its centre; 1.5 adds half an interval on "
                 f"each side), got {factor!r}"
             )
+        if isinstance(self.heatmap, str):  # one name, not its letters
+            object.__setattr__(self, "heatmap", (self.heatmap,))
         names = tuple(self.heatmap)
         if any(not isinstance(n, str) for n in names) or len(names) > 2:
             raise ValueError(f"eval.heatmap takes one or two context names, got {names!r}")
@@ -483,6 +485,7 @@ class Run:
         keep_checkpoints: int = 2,
     ):
         _check_seed(exp, seed, num_seeds)
+        seed = int(seed)  # a NumPy integer would reach run.json and history.json as text
         self.exp, self.seed, self.num_seeds = exp, seed, num_seeds
         self.keep_checkpoints = keep_checkpoints
         self.logdir = pathlib.Path(logdir)
@@ -1394,8 +1397,9 @@ def print_comparison(
     """One line per variant: its last segment's returns on every split; with
     several seeds, then each variant's difference from the first one, paired by
     seed (episode by episode too, for an adaptation curve), except for the
-    variants in `apart`, whose held-out sets are not the first one's, and those
-    whose rows record other seeds than the first one's."""
+    variants in `apart`, whose held-out sets are not the first one's, those whose
+    rows record other seeds than the first one's, and those whose last row is at
+    another segment or env step."""
     cols = list(_columns(1))[2:]
     first = next(iter(results.values()))[-1].get("train_return")
     num_seeds = len(first) if isinstance(first, list) else 1
@@ -1418,7 +1422,18 @@ def print_comparison(
             + ": a difference pairs seed i of one variant with seed i of the other; run "
             "them with the same seeds (run_variants does)"
         )
-    apart = [*apart, *other]
+    length = {
+        name: (rows[-1].get("segment"), rows[-1].get("env_steps")) for name, rows in results.items()
+    }
+    if shorter := [n for n in results if n not in [*apart, *other] and length[n] != length[base]]:
+        said = lambda n: f"segment {length[n][0]}, {length[n][1]} env steps"  # noqa: E731
+        print(
+            f"\nNot compared with {base} ({said(base)}): "
+            + ", ".join(f"{n} ({said(n)})" for n in shorter)
+            + ": their last rows come after other amounts of training; run every variant "
+            "for the same segments and steps per segment"
+        )
+    apart = [*apart, *other, *shorter]
     if len(results) > 1 and not isinstance(results[base][-1].get("train_return"), list):
         print(
             "\nNo differences between variants: one seed each gives no interval (run 2 or "

@@ -69,7 +69,7 @@ def describe_run(
     config.update({f"experiment.env.{k}": v for k, v in describe_env(exp.env).items()})
     config.update(
         {
-            "seed": seed,
+            "seed": int(seed),  # a NumPy integer (np.arange's) as run.json holds an int
             "num_seeds": num_seeds,
             "steps_per_segment": steps_per_segment,
             "segments": segments,

@@ -1112,6 +1112,43 @@ def test_variants_of_other_seeds_are_not_paired(tmp_path, capsys):
     assert not any(x.startswith("c ") for x in diff_lines)
 
 
+def test_variants_trained_for_other_lengths_are_not_paired(tmp_path, capsys):
+    """A variant extended to more segments was paired, last row with last row, with
+    one that stopped earlier."""
+    scores = [1.0, 2.0, 4.0, 3.0, 5.0]
+    rows = lambda n: [  # noqa: E731
+        {
+            "segment": k,
+            "env_steps": 8 * k,
+            "seeds": [0, 1, 2, 3, 4],
+            "train_return": scores,
+            "train": scores,
+        }
+        for k in range(1, n + 1)
+    ]
+    experiment.print_comparison({"a": rows(2), "b": rows(2), "long": rows(5)}, tmp_path)
+    out = capsys.readouterr().out
+    said = "Not compared with a (segment 2, 16 env steps): long (segment 5, 40 env steps)"
+    assert said in out
+    diff_lines = [x.strip() for x in out.split("Difference from a")[1].splitlines()]
+    assert any(x.startswith("b ") for x in diff_lines)
+    assert not any(x.startswith("long ") for x in diff_lines)
+
+
+def test_a_numpy_seed_is_recorded_as_the_int_it_is(exp):
+    """`for seed in np.arange(n)`: run.json held the seed "1" as text, and a resume or
+    load_run with seed=1 was refused as another run."""
+    config = rundir.describe_run(exp, None, 1, np.int64(1), STEPS, 3)
+    assert config == rundir.describe_run(exp, None, 1, 1, STEPS, 3)
+    assert type(config["seed"]) is int
+
+
+def test_one_heatmap_name_may_be_given_as_a_string():
+    """It was read letter by letter: "gm" as the two names 'g' and 'm'."""
+    assert experiment.EvalConfig(heatmap="gravity").heatmap == ("gravity",)
+    assert experiment.EvalConfig(heatmap="gm") == experiment.EvalConfig(heatmap=("gm",))
+
+
 def test_a_heatmap_of_a_name_outside_the_target_is_refused_when_the_experiment_is_built(exp):
     """In a comparison, it was refused only once the variants before it had trained."""
     with pytest.raises(ValueError, match=r"eval.heatmap: \['gravty'\] not in the target"):
