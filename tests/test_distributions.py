@@ -131,3 +131,20 @@ def test_a_truncated_normal_without_spread_has_one_value_as_its_support():
     np.testing.assert_array_equal(high, [1.0, 2.0, 2.0])
     x = np.asarray(dist.sample(jax.random.key(0), (1000, 3)))
     assert (x[:, :2] == low[:2]).all() and x[:, 2].min() < x[:, 2].max()
+
+
+@pytest.mark.parametrize(
+    "mean, std, low, high",
+    [(0.0, 1e6, 0.0, 1.0), (0.0, 1e3, 0.0, 1.0), (2.0, 1.0, 0.0, 0.005), (0.0, 1.0, -50.0, -49.99)],
+    ids=["1e6-std-wide", "1e3-std-wide", "narrow-below-the-mean", "narrow-far-left-tail"],
+)
+def test_a_truncated_normal_far_narrower_than_its_std_is_not_coarse(mean, std, low, high):
+    """Its inverse CDF in log space resolved 13 values at std 1e6 over [0, 1], their
+    mean 0.5455."""
+    x = _draw(C.TruncatedNormal(mean, std, low, high))
+    assert low <= x.min() and x.max() <= high
+    ref = stats.truncnorm((low - mean) / std, (high - mean) / std, loc=mean, scale=std)
+    with np.errstate(invalid="ignore"):  # scipy's moments at a std of 1e6
+        _close_to(x, ref, high - low)
+    representable = (high - low) / np.spacing(np.float32(max(abs(low), abs(high))))
+    assert len(np.unique(x)) > min(N, representable) // 2

@@ -401,6 +401,16 @@ class TruncatedNormal(Distribution):
         # jitted: outside jit its Newton scan would otherwise compile at every call
         z = _truncated_standard_normal(key, (low - mean) / safe, (high - mean) / safe, tuple(shape))
         value = jnp.where(std > 0, mean + std * z, mean)
+        # An interval under 1/100 std wide: its inverse CDF in log space resolves a few
+        # hundred values (13 at 1e-6 std, their mean off by 9%). There the density is
+        # exp(-m t) times exp(-t^2 / 2) about the midpoint m, the second factor within
+        # 1.3e-5 of 1: draw the first by its own inverse CDF, from the low end.
+        width, m = (high - low) / safe, ((low + high) / 2 - mean) / safe
+        u = jax.random.uniform(key, shape, jnp.float32, minval=1e-7, maxval=1.0 - 1e-7)
+        flat = jnp.abs(m * width) < 1e-6
+        tilt = jnp.where(flat, 1.0, m)
+        t = jnp.where(flat, u * width, -jnp.log1p(u * jnp.expm1(-tilt * width)) / tilt)
+        value = jnp.where((std > 0) & (width < 1e-2), low + std * t, value)
         return jnp.clip(value, low, high)
 
     def support(self):
