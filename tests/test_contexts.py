@@ -723,7 +723,7 @@ BAD = {
     "absolute size": (lambda: _bind({"geom_size": C.Uniform(0.1, 0.2)}), "relative=True"),
     "shape does not fit": (
         lambda: _bind({"mass": C.Uniform([1.0, 2.0, 3.0], [2.0, 3.0, 4.0], per_element=True)}),
-        r"does not fit the field \(element shape \(1,\)\)",
+        r"does not fit the field \(element shape \(1,\): ball\)",
     ),
     "array for a shared draw": (
         lambda: _bind({"friction": C.Uniform([0.1, 0.1], [0.2, 0.2])}),
