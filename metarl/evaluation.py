@@ -503,6 +503,13 @@ class Evaluator:
                 f"env's space {names} and no other: missing {missing}, unknown {unknown}"
             )
         for name in names:
+            values = np.asarray(contexts.values[name], np.float64)
+            if not np.isfinite(values).all():
+                i = int(np.argwhere(~np.isfinite(values))[0][0])
+                raise ValueError(
+                    f"context set {contexts.split!r}: context {name!r} is {values[i]} in its "
+                    f"context {i}; a held-out value must be a finite number"
+                )
             self.env.binding.check_task_values(
                 name, contexts.values[name], f"context set {contexts.split!r}"
             )

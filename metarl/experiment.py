@@ -58,7 +58,7 @@ from metarl import probe as P
 from metarl.agents import ppo
 from metarl.agents.ppo.config import check_seeds
 from metarl.contexts import Choice, ContextSpace, LogUniform, PerEnv
-from metarl.envs import CONTEXT, ContextualEnv
+from metarl.envs import CONTEXT, ContextualEnv, sources
 from metarl.rundir import (
     CHECKPOINTS,
     HISTORY,
@@ -222,6 +222,7 @@ class Experiment:
             self.env.binding.check_ranges(self.target)
         except ValueError as e:
             raise ValueError(f"the experiment's target: {e}") from None
+        sources.check_periodic(E.periods(self.env), self.target, "the experiment's target")
         _heatmap_axes(self)  # eval.heatmap's names, at once (not after training)
         if self.eval.probe and self.ppo.core == "mlp":
             raise ValueError(

@@ -16,7 +16,7 @@ from metarl import checkpoint, experiment
 from metarl import contexts as C
 from metarl import evaluation as E
 from metarl.agents import ppo
-from metarl.envs import make_contextual
+from metarl.envs import check_env, make_contextual
 from metarl.envs.toy import Puck
 from metarl.tensorboard import RunLogger
 
@@ -561,6 +561,26 @@ ROWS = [
         ValueError,
         "context set 'grid': context 'gravity': Uniform can produce -9.8, but gravity values "
         "(m/s^2) must be >= 0. Use values that keep it physical",
+    ),
+    (  # said "Uniform.low must be finite, got nan", naming neither context nor set
+        "evaluate a NaN context",
+        lambda: E.Evaluator(env(), 1, 2).evaluate(
+            None, E.ContextSet("grid", {"gravity": np.array([9.8, np.nan], np.float32)}), None
+        ),
+        ValueError,
+        "context set 'grid': context 'gravity' is nan in its context 1",
+    ),
+    (  # blamed the env: "context ... is identical in all 1 envs after reset"
+        "check_env of one env",
+        lambda: check_env(env(), num_envs=1),
+        ValueError,
+        "num_envs must be an integer >= 2 (contexts drawn per env are compared",
+    ),
+    (  # "cannot reshape array of size 0"
+        "check_env of no steps",
+        lambda: check_env(env(), max_steps=0),
+        ValueError,
+        "max_steps must be an integer >= 1, got 0",
     ),
     (  # the advice was for a Normal: "Uniform, LogUniform or TruncatedNormal instead"
         "a Normal mass",

@@ -74,6 +74,62 @@ def test_task_parameters_cannot_shadow_quantities():
         make_contextual(Shadow(), C.ContextSpace({"gravity": C.Uniform(5, 15)}))
 
 
+@pytest.mark.parametrize(
+    "periods, message",
+    [
+        ({"goal_angle": 6.28}, "names 'goal_angle', which is not one of its task parameters"),
+        ({"goal_direction": 0.0}, "must be a finite number > 0"),
+        ({"goal_direction": float("nan")}, "must be a finite number > 0"),
+        ({"goal_direction": "2pi"}, "must be a finite number > 0"),
+        ({"goal_turns": 4}, "declares it as int32"),
+    ],
+)
+def test_a_bad_task_period_is_refused(periods, message):
+    """A misspelt name made the angle not periodic, and a period of 0 a whole turn:
+    held-out evaluation then drew training angles as extrapolation."""
+    from metarl.envs.goals import ReacherGoal
+
+    class Periodic(ReacherGoal):
+        task_params = {**ReacherGoal.task_params, "goal_turns": np.int32(0)}
+        task_periods = periods
+
+    with pytest.raises(ValueError, match=message):
+        make_contextual(Periodic(), GOAL)
+
+
+def test_a_task_default_that_is_no_number_is_refused():
+    from metarl.envs.goals import ReacherGoal
+
+    class Moded(ReacherGoal):
+        task_params = {**ReacherGoal.task_params, "mode": None}
+
+    with pytest.raises(ValueError, match=r"task_params\['mode'\] must be a number"):
+        make_contextual(Moded(), GOAL)
+
+
+def test_a_periodic_task_parameter_takes_absolute_ranges_only():
+    """Held-out evaluation measures the turn in the angle's units: a scale of the
+    default or log space measured it wrongly (a whole turn of scales had an outside)."""
+    from metarl.envs.goals import ReacherGoal
+
+    class Turned(ReacherGoal):
+        task_params = {**ReacherGoal.task_params, "goal_direction": 1.0}
+
+    for dist, kind in (
+        (C.Scale(0.5, 2.0), "relative scale"),
+        (C.LogUniform(0.5, 3.0), "LogUniform"),
+    ):
+        space = C.ContextSpace({"goal_distance": C.Uniform(0.05, 0.2), "goal_direction": dist})
+        with pytest.raises(ValueError, match=f"'goal_direction' is periodic .*not a {kind}"):
+            make_contextual(Turned(), space)
+    env = make_contextual("reacher_goal", GOAL)
+    target = C.ContextSpace(
+        {"goal_distance": C.Uniform(0.05, 0.2), "goal_direction": C.LogUniform(0.5, 3.0)}
+    )
+    with pytest.raises(ValueError, match="the experiment's target: context 'goal_direction'"):
+        experiment.Experiment(env, target, curricula.LinearWidening(1.0, 1), ppo.PPOConfig())
+
+
 def test_playground_goal_changes_the_reward():
     pytest.importorskip("mujoco_playground")
     from metarl.envs.playground_tasks import PlaygroundReacherGoal

@@ -7,6 +7,8 @@ several Brax envs and backends.
 
 from __future__ import annotations
 
+import numbers
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,8 +46,13 @@ def check_env(
     simulation, and why, in one message); returns a few counts on success.
 
     `max_steps` random-action steps must end at least one trial (shorten the
-    env's `episode_length` for envs that never terminate).
+    env's `episode_length` for envs that never terminate). `num_envs` >= 2: the
+    contexts drawn per env are compared across them.
     """
+    for name, value, least in (("num_envs", num_envs, 2), ("max_steps", max_steps, 1)):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < least:
+            why = " (contexts drawn per env are compared across envs)" if least == 2 else ""
+            raise ValueError(f"check_env: {name} must be an integer >= {least}{why}, got {value!r}")
     # One compiled reset serves every check: the env's own ranges and pinned ones
     # are pytrees of one structure, so passing them in compiles the reset once.
     reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))

@@ -721,7 +721,9 @@ def make_contextual(
     if not (isinstance(visible_context, bool) or visible_context == "privileged"):
         raise ValueError(f"visible_context must be one of {VISIBILITY}, got {visible_context!r}")
     check_strategy(reset_strategy)
+    periods = sources.check_task(source.env, source.task_params)
     binding = bind(space, source.model, source.backend, source.task_params, source.stale)
+    sources.check_periodic(periods, binding.space, "make_contextual")
     return ContextualEnv(
         source,
         binding,

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
+import numbers
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import jax
+import numpy as np
 from brax.envs.base import PipelineEnv, State
 
 PLAYGROUND_PREFIX = "playground/"
@@ -107,6 +110,67 @@ def _task(env: Any) -> dict[str, Any]:
             f"{type(task).__name__}"
         )
     return dict(task)
+
+
+def check_task(env: Any, task: Mapping[str, Any]) -> dict[str, float]:
+    """The env's task parameters checked (each default a number or an array of
+    numbers) and its ``task_periods`` checked against them: {name: period} of its
+    periodic ones, each a declared float parameter with a finite period > 0."""
+    who = type(env).__name__
+    for name, default in task.items():
+        if np.asarray(default).dtype.kind not in "biuf":
+            raise ValueError(
+                f"{who}.task_params[{name!r}] must be a number or an array of numbers (the "
+                f"default its reset and step read), got {default!r}"
+            )
+    periods = getattr(env, "task_periods", None) or {}
+    if not isinstance(periods, Mapping):
+        raise ValueError(
+            f"{who}.task_periods must be a mapping {{task parameter: period}}, got "
+            f"{type(periods).__name__}"
+        )
+    checked = {}
+    for name, period in periods.items():
+        if name not in task:
+            raise ValueError(
+                f"{who}.task_periods names {name!r}, which is not one of its task parameters: "
+                f"{', '.join(map(repr, task)) or 'it declares none'}"
+            )
+        if (
+            isinstance(period, bool)
+            or not isinstance(period, numbers.Real)
+            or not math.isfinite(period)
+            or period <= 0
+        ):
+            raise ValueError(
+                f"{who}.task_periods[{name!r}] must be a finite number > 0 (2 pi for an angle "
+                f"in radians), got {period!r}"
+            )
+        if np.asarray(task[name]).dtype.kind != "f":
+            raise ValueError(
+                f"{who}.task_periods[{name!r}]: the env declares it as "
+                f"{np.asarray(task[name]).dtype} ({task[name]!r}), and a periodic task "
+                "parameter is a float"
+            )
+        checked[name] = float(period)
+    return checked
+
+
+def check_periodic(periods: Mapping[str, float], space: Any, what: str) -> None:
+    """Refuses a relative or log-uniform range of a periodic task parameter in
+    `space`: held-out evaluation measures a turn in the parameter's own units."""
+    from metarl.contexts import LogUniform
+
+    for name, period in periods.items():
+        dist = space[name] if name in space else None
+        if dist is not None and (dist.relative or isinstance(dist, LogUniform)):
+            kind = "a relative scale" if dist.relative else "a LogUniform"
+            raise ValueError(
+                f"{what}: context {name!r} is periodic (task_periods: {period:g}), so it takes "
+                "absolute values in its period's units (Uniform, Normal, TruncatedNormal, "
+                f"Choice or Fixed), not {kind}: held-out evaluation measures the turn in those "
+                "units"
+            )
 
 
 class BraxSource:
