@@ -69,6 +69,7 @@ def test_task_parameters_cannot_shadow_quantities():
 
     class Shadow(ReacherGoal):
         task_params = {"gravity": 1.0}
+        task_periods = {}
 
     with pytest.raises(ValueError, match="shadow canonical quantities"):
         make_contextual(Shadow(), C.ContextSpace({"gravity": C.Uniform(5, 15)}))
