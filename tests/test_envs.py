@@ -23,6 +23,7 @@ from metarl.envs import (
     make_contextual,
 )
 from metarl.envs.autoreset import POOLED
+from metarl.envs.contextual import MAX_VALUE
 from metarl.envs.toy import Puck
 
 PENDULUM_SPACE = C.ContextSpace(
@@ -496,6 +497,30 @@ def test_non_finite_state_is_cut_and_reported(puck):
     assert np.all(np.asarray(done)[np.asarray(nonfinite) > 0] == 1)
     for x in jax.tree.leaves(outputs):
         assert np.all(np.isfinite(np.asarray(x)))
+
+
+def test_a_finite_state_past_mujocos_bound_is_cut_too():
+    """Physics that blows up passes through huge finite values first: observations of
+    1e22 and rewards of 4e11 a step before the NaN reached the learner and overflowed
+    its observation statistics and value loss. MuJoCo resets a state past 1e10."""
+    space = C.ContextSpace({"stiffness": C.Uniform(0.0, 1e4), "timestep": C.Uniform(0.01, 0.2)})
+    env = make_contextual(Puck(), space, episode_length=10)
+
+    @jax.jit
+    def run(key):
+        s = jax.vmap(env.reset)(jax.random.split(key, 8))
+
+        def body(s, k):
+            s = jax.vmap(env.step)(s, jax.random.uniform(k, (8, 1), minval=-1.0, maxval=1.0))
+            trial = s.info[TRIAL]
+            return s, (trial.nonfinite, (s.obs, s.reward, trial.final_obs))
+
+        return jax.lax.scan(body, s, jax.random.split(key, 30))[1]
+
+    nonfinite, outputs = run(jax.random.key(0))
+    assert float(np.asarray(nonfinite).sum()) > 0
+    for x in jax.tree.leaves(outputs):
+        assert np.all(np.abs(np.asarray(x)) <= MAX_VALUE)
 
 
 def test_raw_and_typed_keys_give_the_same_state():

@@ -115,8 +115,16 @@ def _strong(tree):
     return jax.tree.map(lambda x: jax.lax.convert_element_type(x, jnp.result_type(x)), tree)
 
 
+# MuJoCo's bound on a sane state (mjMAXVAL: its mj_checkPos, mj_checkVel and
+# mj_checkAcc reset a simulation past it); MJX checks nothing. Observations and
+# rewards past it come from physics that blew up: finite, they reached the learner
+# (observations of 1e22 a step before NaN) and overflowed its statistics and losses.
+MAX_VALUE = 1e10
+
+
 def _finite(tree) -> jax.Array:
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
+    """Whether every value of `tree` is finite and within `MAX_VALUE` of 0."""
+    leaves = [jnp.all(jnp.isfinite(x) & (jnp.abs(x) <= MAX_VALUE)) for x in jax.tree.leaves(tree)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
 
 
