@@ -128,6 +128,11 @@ class Config:
 
     def __post_init__(self):
         check_counts(self, ids=("seeds",))
+        if repeated := sorted({s for s in self.seeds if self.seeds.count(s) > 1}):
+            raise ValueError(
+                f"--seeds names seed {', '.join(map(str, repeated))} more than once: each seed "
+                "trains once (a repeat would replace the first result, its compile time too)"
+            )
         if not self.seeds and not self.merge:
             raise ValueError(
                 "--seeds with no value trains nothing and summarises --merge files: give "
@@ -357,6 +362,11 @@ def _merge(
     file's own (path, platform, software, seeds per trainer) and those it had merged
     itself."""
     record = json.loads(Path(path).read_text())
+    if not isinstance(record, dict) or not {"config", "runs"} <= record.keys():
+        raise ValueError(
+            f"--merge {path}: not a file this script wrote with --out (it has no 'config' "
+            "and 'runs')"
+        )
     ignore = ("seeds", "out", "merge", "compile_cache", "other_software")
     mine = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ignore}
     mine.update(environment)

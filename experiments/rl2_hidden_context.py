@@ -58,6 +58,7 @@ class Config(experiment.RunArgs):
     # the variants to run, of mlp, gru and oracle (--agents gru: the gru alone, to
     # probe its memory at more segments)
     agents: tuple[str, ...] = ("mlp", "gru", "oracle")
+    unrecorded = ("agents",)  # a rerun may run other variants into the same logdir
 
 
 def variants(cfg: Config) -> dict[str, experiment.Experiment]:

@@ -140,10 +140,10 @@ def _print(per_seed: list[dict], k: int) -> None:
     for split in per_seed[0]["plain"]:
         scores = {c: np.stack([s[c][split] for s in per_seed]) for c in CONDITIONS}  # [seeds, 1+k]
         print(f"\n  {split}: IQM [95% CI] over seeds")
-        print("    " + f"{'':<18}" + "".join(f"{c:>20}" for c in columns))
+        print("    " + f"{'':<18}" + "".join(f"{c:>22}" for c in columns))
         for c in CONDITIONS:
             cells = [stats.format_iqm(stats.summarize(scores[c][:, j])) for j in range(1 + k)]
-            print("    " + f"{c:<18}" + "".join(f"{x:>20}" for x in cells))
+            print("    " + f"{c:<18}" + "".join(f"{x:>22}" for x in cells))
         pairs = [(c, "plain") for c in CONDITIONS[1:]] + [("oracle", "steered")]
         for a, b in pairs + [("steered", "control")]:  # the code's effect, not the push's
             cells = [
@@ -152,7 +152,7 @@ def _print(per_seed: list[dict], k: int) -> None:
                 )
                 for j in range(1 + k)
             ]
-            print("    " + f"{a + ' - ' + b:<18}" + "".join(f"{x:>20}" for x in cells))
+            print("    " + f"{a + ' - ' + b:<18}" + "".join(f"{x:>22}" for x in cells))
 
 
 def main(cfg: Config) -> dict:
@@ -202,10 +202,10 @@ def main(cfg: Config) -> dict:
         f"\n  envs whose memory left [-{BOUND:g}, {BOUND:g}] at some step of a trial (the GRU's "
         "own state stays in [-1, 1]): mean share over seeds, and the seeds with any"
     )
-    print("    " + f"{'':<18}" + "".join(f"{x:>20}" for x in per_seed[0]["plain"]))
+    print("    " + f"{'':<18}" + "".join(f"{x:>22}" for x in per_seed[0]["plain"]))
     for c, splits in escaped.items():
         cells = [f"{v.mean():.2f} ({int(np.sum(v > 0))} seeds)" for v in splits.values()]
-        print("    " + f"{c:<18}" + "".join(f"{x:>20}" for x in cells))
+        print("    " + f"{c:<18}" + "".join(f"{x:>22}" for x in cells))
     out = {
         "seeds": loaded["gru"].seeds,
         "env_steps": loaded["gru"].env_steps,

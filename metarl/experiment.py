@@ -46,7 +46,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 import jax
 import numpy as np
@@ -129,6 +129,9 @@ class RunArgs:
     num_seeds: int = 1  # seeds seed, seed+1, ... trained in one compiled program
     resume: Literal["auto", "never", "force"] = "auto"
     keep_checkpoints: int = 2  # the latest segments' checkpoints kept (0: every segment's)
+    # A subclass's fields that only choose what runs (which variants) and change no
+    # number of a run: left out of run.json's identity, so a rerun may change them
+    unrecorded: ClassVar[tuple[str, ...]] = ()
 
     def run_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of `run` these fields set."""

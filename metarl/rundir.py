@@ -78,7 +78,9 @@ def describe_run(
             "env.model": model_digest(exp.env),
         }
     )
-    for key in ("logdir", "resume", "keep_checkpoints"):  # they decide no number
+    # they decide no number: where the run is, how it resumes, what it keeps, and the
+    # fields a script names in `RunArgs.unrecorded` (which of its variants run)
+    for key in ("logdir", "resume", "keep_checkpoints", *getattr(hparams, "unrecorded", ())):
         config.pop(key, None)
     return json.loads(json.dumps(config, default=str))  # as run.json will hold it
 

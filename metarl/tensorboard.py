@@ -50,6 +50,7 @@ the probe's R^2 on every split in one chart.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -58,7 +59,7 @@ import os
 import pathlib
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -354,14 +355,8 @@ class RunLogger:
         itself; 2 seeds of a short run printed the warning 176 times."""
         value = _required_scalar(tag, value)
         self._last_step = max(self._last_step, _step(step))
-        if math.isfinite(value):
+        with _nan_quiet():
             self._writer.add_scalar(tag, value, int(step))
-            return
-        _X2NUM.addFilter(_quiet_nan)
-        try:
-            self._writer.add_scalar(tag, value, int(step))
-        finally:
-            _X2NUM.removeFilter(_quiet_nan)
 
     def log_train(
         self,
@@ -475,10 +470,11 @@ class RunLogger:
         earlier = sorted(pathlib.Path(self.logdir).glob(f"events.out.tfevents.*{HPARAMS_SUFFIX}"))
         suffix = f".{time.time_ns():020d}.{os.getpid()}{HPARAMS_SUFFIX}"
         writer = FileWriter(self.logdir, filename_suffix=suffix)
-        for summary in _hparams_summaries(flatten_hparams(hparams), tags):
-            writer.add_summary(summary, step)
-        for tag, value in tags.items():
-            writer.add_summary(_scalar_summary(tag, value), step)
+        with _nan_quiet():  # a final metric may be NaN on purpose, as in `_add`
+            for summary in _hparams_summaries(flatten_hparams(hparams), tags):
+                writer.add_summary(summary, step)
+            for tag, value in tags.items():
+                writer.add_summary(_scalar_summary(tag, value), step)
         writer.close()
         for f in pathlib.Path(self.logdir).glob(f"events.out.tfevents.*{suffix}"):
             with open(f, "rb") as written:  # durable before the earlier file goes
@@ -514,6 +510,17 @@ _X2NUM = logging.getLogger("tensorboardX.x2num")
 
 def _quiet_nan(record: logging.LogRecord) -> bool:
     return "NaN or Inf found" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _nan_quiet() -> Iterator[None]:
+    """Within it, tensorboardX does not warn of the NaN and inf values metarl writes
+    on purpose."""
+    _X2NUM.addFilter(_quiet_nan)
+    try:
+        yield
+    finally:
+        _X2NUM.removeFilter(_quiet_nan)
 
 
 def _drain(writer: SummaryWriter) -> None:

@@ -313,6 +313,19 @@ def test_ppo_merge_refuses_another_platform(tmp_path, capsys):
     assert "records no platform" in capsys.readouterr().out
 
 
+def test_ppo_throughput_refuses_a_seed_twice_and_a_file_it_did_not_write(tmp_path):
+    """--seeds 0 0 trained seed 0 twice, kept the warm rerun (its compile time 0.0 s)
+    and said "1 seed(s)"; --merge of another JSON file raised a bare KeyError."""
+    bench = _load("ppo_throughput")
+    with pytest.raises(ValueError, match="--seeds names seed 0 more than once"):
+        bench.Config(seeds=(0, 1, 0))
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"seeds": [0]}))
+    cfg = bench.Config(seeds=(1,))
+    with pytest.raises(ValueError, match="not a file this script wrote with --out"):
+        bench._merge({"brax_ppo": {}}, str(path), cfg, bench._environment())
+
+
 def test_ppo_merge_keeps_the_provenance_of_merged_seeds(tmp_path):
     """Seeds merged from a file of other software (--other-software) keep that file's
     record in the output's `merged`: merging the output again is refused without the

@@ -1,6 +1,7 @@
 """metarl.experiment: run identity, bit-exact resume of every logged scalar, seeds
 as a batch axis, and a clean exit on Ctrl-C."""
 
+import dataclasses
 import functools
 import json
 import os
@@ -1141,6 +1142,22 @@ def test_a_numpy_seed_is_recorded_as_the_int_it_is(exp):
     config = rundir.describe_run(exp, None, 1, np.int64(1), STEPS, 3)
     assert config == rundir.describe_run(exp, None, 1, 1, STEPS, 3)
     assert type(config["seed"]) is int
+
+
+def test_a_field_that_only_chooses_variants_is_not_part_of_a_runs_identity(exp):
+    """rl2_hidden_context's --agents: a rerun that added a variant to the logdir was
+    refused for the variants already there ("agents: run has ('gru', 'oracle')")."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Args(experiment.RunArgs):
+        agents: tuple[str, ...] = ("gru",)
+        lr: float = 1e-3
+        unrecorded = ("agents",)
+
+    one = rundir.describe_run(exp, Args(), 1, 0, STEPS, 3)
+    assert "agents" not in one and one["lr"] == 1e-3
+    assert one == rundir.describe_run(exp, Args(agents=("gru", "mlp")), 1, 0, STEPS, 3)
+    assert one != rundir.describe_run(exp, Args(lr=1e-4), 1, 0, STEPS, 3)
 
 
 def test_one_heatmap_name_may_be_given_as_a_string():

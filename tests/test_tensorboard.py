@@ -297,6 +297,7 @@ def test_nan_is_logged_without_tensorboardx_warning_each_time(tmp_path, caplog):
     (2 seeds of a short run printed 176); a user's own writer still warns."""
     with caplog.at_level("WARNING"), L.RunLogger(tmp_path / "run", ["gravity"]) as logger:
         logger.log_scalars(1, {"ci_low": float("nan"), "mean": 2.0})
+        logger.log_hparams({"lr": 1e-3}, {"final/return": float("nan")})  # warned here
     assert not [r for r in caplog.records if "NaN" in r.getMessage()]
     scalars = L.read_scalars(tmp_path / "run")
     assert np.isnan(scalars["ci_low"][0][1]) and scalars["mean"] == [(1, 2.0)]
