@@ -29,6 +29,8 @@ import jax
 import numpy as np
 from brax.envs.base import PipelineEnv, State
 
+from metarl.contexts import LogUniform
+
 PLAYGROUND_PREFIX = "playground/"
 
 # Model constants Playground envs read into Python at construction: varying them
@@ -159,8 +161,6 @@ def check_task(env: Any, task: Mapping[str, Any]) -> dict[str, float]:
 def check_periodic(periods: Mapping[str, float], space: Any, what: str) -> None:
     """Refuses a relative or log-uniform range of a periodic task parameter in
     `space`: held-out evaluation measures a turn in the parameter's own units."""
-    from metarl.contexts import LogUniform
-
     for name, period in periods.items():
         dist = space[name] if name in space else None
         if dist is not None and (dist.relative or isinstance(dist, LogUniform)):
