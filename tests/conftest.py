@@ -101,21 +101,24 @@ _UNKNOWN_VAR = "METARL_TEST_UNKNOWN_XLA_FLAGS"
 
 
 def _unknown_to_xla(flags: tuple[str, ...]) -> list[str]:
-    """The flags of `flags` that XLA refuses, each tried in a process of its own."""
-    if _UNKNOWN_VAR not in os.environ:
-        probe = [sys.executable, "-c", "import jax; jax.devices()"]
-        os.environ[_UNKNOWN_VAR] = " ".join(
-            flag
-            for flag in flags
-            if "Unknown flag in XLA_FLAGS"
+    """The flags of `flags` that XLA refuses: all tried in one process (3 s), and where
+    XLA refuses one of them, each in a process of its own."""
+
+    def refused(*tried: str) -> bool:
+        return (
+            "Unknown flag in XLA_FLAGS"
             in subprocess.run(
-                probe,
-                env=dict(os.environ, XLA_FLAGS=flag, JAX_PLATFORMS="cpu"),
+                [sys.executable, "-c", "import jax; jax.devices()"],
+                env=dict(os.environ, XLA_FLAGS=" ".join(tried), JAX_PLATFORMS="cpu"),
                 capture_output=True,
                 text=True,
                 timeout=120,
             ).stderr
         )
+
+    if _UNKNOWN_VAR not in os.environ:
+        unknown = [flag for flag in flags if refused(flag)] if refused(*flags) else []
+        os.environ[_UNKNOWN_VAR] = " ".join(unknown)
     return os.environ[_UNKNOWN_VAR].split()
 
 

@@ -463,17 +463,6 @@ def test_mjcf_env_refuses_brax_backends():
         )
 
 
-def test_check_env_passes_on_mjcf():
-    env = make_contextual(
-        _walker(),
-        C.ContextSpace({"mass[torso]": C.Scale(0.5, 2.0)}),
-        episode_length=20,
-        episodes_per_trial=2,
-    )
-    counts = check_env(env, num_envs=4, max_steps=60)
-    assert counts["trials_ended"] > 0
-
-
 # ---- MuJoCo Playground (dm_control-suite envs ship their assets) ----
 playground = pytest.importorskip("mujoco_playground")
 
@@ -671,14 +660,15 @@ def test_check_env_says_a_contact_context_was_never_exercised_where_nothing_touc
     now reported as a context never exercised, and the same ball on the floor passes.
     A quantity and a raw path alike (check_env finds their geoms apart: had it taken
     the sled's, it would have said the friction changes nothing). The ball on the
-    floor with the quantity alone, which writes the raw path's field (each check
-    compiles a rollout, about 8 s)."""
+    floor with the quantity alone, which writes the raw path's field, and the sled's
+    mass: an MJCF env passes the whole contract, trials of 2 episodes ending (each
+    check compiles a rollout, about 8 s)."""
     names = ["friction[ball]", "geom_friction[1, 0]"]
 
     def env(height, varied):
         ball = MjcfEnv(HOVER_XML.replace("HEIGHT", height), observe=_observe, reward=_reward)
         space = C.ContextSpace({name: C.Scale(0.5, 2.0) for name in varied})
-        return make_contextual(ball, space, episode_length=5)
+        return make_contextual(ball, space, episode_length=5, episodes_per_trial=2)
 
     for name in names:
         with pytest.raises(
@@ -687,7 +677,8 @@ def test_check_env_says_a_contact_context_was_never_exercised_where_nothing_touc
             r"none of the \d+ states stepped was a contact of its geoms active",
         ):
             check_env(env("0.5", [name]), num_envs=4, max_steps=12)
-    assert check_env(env("0.099", names[:1]), num_envs=4, max_steps=12)["contexts_reaching"] == 1
+    report = check_env(env("0.099", [names[0], "mass[sled]"]), num_envs=4, max_steps=12)
+    assert report["contexts_reaching"] == 2 and report["trials_ended"] > 0
 
 
 # A pendulum resting on its joint limit: how far it sinks past the limit is set by

@@ -180,10 +180,14 @@ def test_com_offset_moves_the_pendulums_pole(backend):
         body = lambda s, _: (env.step(s, jnp.zeros(1)),) * 2  # noqa: E731
         return jax.lax.scan(body, state, None, length=STEPS)[1].obs
 
+    def at(offset):  # ranges of one shape: one compiled rollout
+        return C.ContextSpace({"com_offset[pole]": C.Fixed(offset, per_element=True)})
+
     offset = np.zeros((1, 3), np.float32)
     offset[0, 2] = 0.05
-    moved = rollout(C.ContextSpace({"com_offset[pole]": C.Fixed(offset, per_element=True)}))
-    assert np.abs(np.asarray(moved - rollout(space))).max() > 1e-3
+    moved = rollout(at(offset))
+    assert np.abs(np.asarray(moved - rollout(at(np.zeros((1, 3), np.float32))))).max() > 1e-3
+    assert rollout._cache_size() == 1
 
 
 @pytest.fixture(scope="module")
