@@ -192,6 +192,7 @@ def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
     args = ["--logdir", str(tmp_path), "--num-seeds", "2", "--segments", "1"]
     args += ["--steps-per-segment", "160", "--ppo.num-envs", "16", "--ppo.unroll-length", "5"]
     args += ["--ppo.num-minibatches", "2", "--eval.contexts", "2", "--eval.episodes", "3"]
+    args += ["--eval.probe", "0"]  # the scripts probe; the run's own probe: test_runner.py
     # the fit's recordings the size of the evaluation's (2 envs): one program for both
     fit = ["--fit-contexts", "2", "--fit-trials", "1"]
     cfg = tyro.cli(probe_memory.Config, args=[*args, *fit])
