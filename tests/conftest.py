@@ -277,22 +277,23 @@ if PROFILE:
     _dispatch.propagate = False  # counted, not printed
 
 
-# Seconds each test file took, cold, on 2 cores (`-n 2 --dist loadfile`; an AMD EPYC,
-# 2026-12-06, with GC_THRESHOLD, with METARL_TEST_PROFILE). pytest-xdist hands a worker a whole
-# file at a time, by default the files with the most tests first; on 2026-12-03 it handed
-# test_experiments.py (6 tests, 176 s) out last, and one worker finished 94 s after the
-# other. Here the costliest files go first (a new file before all: its cost is unknown),
-# which leaves at most a short file's time between the two. A cold run with
-# METARL_TEST_PROFILE set prints this table measured anew, to paste here.
+# Seconds each test file took, cold, on 2 cores (`-n 2 --dist loadfile`; an Intel Xeon,
+# 2026-12-07, at fb7cd65 with METARL_TEST_PROFILE, less the tests merged since then).
+# pytest-xdist hands a worker a whole file at a time, by default the files with the most
+# tests first; on 2026-12-03 it handed test_experiments.py (6 tests, 176 s) out last, and
+# one worker finished 94 s after the other. Here the costliest files go first (a new
+# file before all: its cost is unknown), which leaves at most a short file's time between
+# the two. A cold run with METARL_TEST_PROFILE set prints this table measured anew, to
+# paste here.
 FILE_SECONDS = {
-    "test_ppo.py": 277, "test_autoreset.py": 221, "test_envs.py": 216, "test_model_envs.py": 214,
-    "test_experiments.py": 210, "test_runner.py": 187, "test_physics.py": 155,
-    "test_benchmarks.py": 84, "test_recurrent_ppo.py": 82, "test_contexts.py": 78,
-    "test_reads.py": 73, "test_probe.py": 57, "test_playground_experiment.py": 55,
-    "test_evaluation.py": 39, "test_task_contexts.py": 38, "test_checkpoint.py": 29,
-    "test_compilation.py": 17, "test_readme.py": 17, "test_names.py": 15,
-    "test_live_elements.py": 13, "test_bad_inputs.py": 12, "test_stats.py": 5,
-    "test_curricula.py": 3, "test_distributions.py": 3, "test_tensorboard.py": 0,
+    "test_ppo.py": 304, "test_envs.py": 237, "test_autoreset.py": 210, "test_model_envs.py": 204,
+    "test_experiments.py": 196, "test_runner.py": 195, "test_physics.py": 151,
+    "test_benchmarks.py": 137, "test_contexts.py": 99, "test_reads.py": 98,
+    "test_recurrent_ppo.py": 82, "test_probe.py": 62, "test_playground_experiment.py": 59,
+    "test_task_contexts.py": 53, "test_evaluation.py": 52, "test_checkpoint.py": 37,
+    "test_compilation.py": 23, "test_readme.py": 20, "test_live_elements.py": 19,
+    "test_bad_inputs.py": 16, "test_names.py": 14, "test_stats.py": 8, "test_distributions.py": 5,
+    "test_curricula.py": 4, "test_tensorboard.py": 1,
 }  # fmt: skip
 
 
