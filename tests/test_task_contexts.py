@@ -136,18 +136,28 @@ def test_playground_goal_changes_the_reward():
     from metarl.envs.playground_tasks import PlaygroundReacherGoal
 
     env = make_contextual(PlaygroundReacherGoal(), GOAL, episode_length=100)
-    s0 = jax.jit(env.reset)(jax.random.key(0))
+    finger_id = env.unwrapped._finger_geom_id
+
+    @jax.jit  # one program: the fingertip where the episode starts, and the rewards
+    def run(ranges):
+        s = env.reset(jax.random.key(0), ranges)
+        finger = s.pipeline_state.geom_xpos[finger_id, :2]
+        s, rewards = jax.lax.scan(
+            lambda s, _: (s := env.step(s, jnp.zeros(env.action_size)), s.reward), s, None, 5
+        )
+        return finger, rewards.sum()
+
     # Put the goal on the fingertip: every step is rewarded; put it across: none is.
-    finger = np.asarray(s0.pipeline_state.geom_xpos[env.unwrapped._finger_geom_id, :2])
+    finger = np.asarray(run(GOAL.pinned({"goal_distance": 0.1, "goal_direction": 0.0}))[0])
     at_finger = {
         "goal_distance": float(np.linalg.norm(finger)),
         "goal_direction": float(np.arctan2(finger[1], finger[0])),
     }
     across = {**at_finger, "goal_direction": at_finger["goal_direction"] + np.pi}
-    run = _rollout(env, steps=5)
     _, near = run(GOAL.pinned(at_finger))
     _, far = run(GOAL.pinned(across))
     assert float(near) == pytest.approx(5.0) and float(far) == 0.0
+    assert run._cache_size() == 1
 
 
 WEIGHTS = jnp.array([0.0, 1.0, 10.0])
