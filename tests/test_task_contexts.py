@@ -19,16 +19,18 @@ GOAL = C.ContextSpace(
 
 
 def _rollout(env, steps=20):
+    """(first state, last state, summed reward) of `steps` zero actions from key 0."""
+
     @jax.jit
     def run(ranges):
-        s = env.reset(jax.random.key(0), ranges)
+        first = env.reset(jax.random.key(0), ranges)
 
         def body(s, _):
             s = env.step(s, jnp.zeros(env.action_size))
             return s, s.reward
 
-        s, rewards = jax.lax.scan(body, s, None, steps)
-        return s, rewards.sum()
+        s, rewards = jax.lax.scan(body, first, None, steps)
+        return first, s, rewards.sum()
 
     return run
 
@@ -38,7 +40,7 @@ def test_brax_goal_moves_the_target_and_what_is_rewarded():
     run = _rollout(env)
     returns = {}
     for d in (0.05, 0.1, 0.2):
-        s, ret = run(GOAL.pinned({"goal_distance": d, "goal_direction": 0.7}))
+        _, s, ret = run(GOAL.pinned({"goal_distance": d, "goal_direction": 0.7}))
         target = np.asarray(s.pipeline_state.q[2:])  # the target's slide joints
         np.testing.assert_allclose(
             target, np.asarray(goal_xy({"goal_distance": d, "goal_direction": 0.7})), atol=1e-6
@@ -136,26 +138,17 @@ def test_playground_goal_changes_the_reward():
     from metarl.envs.playground_tasks import PlaygroundReacherGoal
 
     env = make_contextual(PlaygroundReacherGoal(), GOAL, episode_length=100)
-    finger_id = env.unwrapped._finger_geom_id
-
-    @jax.jit  # one program: the fingertip where the episode starts, and the rewards
-    def run(ranges):
-        s = env.reset(jax.random.key(0), ranges)
-        finger = s.pipeline_state.geom_xpos[finger_id, :2]
-        s, rewards = jax.lax.scan(
-            lambda s, _: (s := env.step(s, jnp.zeros(env.action_size)), s.reward), s, None, 5
-        )
-        return finger, rewards.sum()
-
+    run = _rollout(env, steps=5)  # one program: where the episode starts, and its rewards
     # Put the goal on the fingertip: every step is rewarded; put it across: none is.
-    finger = np.asarray(run(GOAL.pinned({"goal_distance": 0.1, "goal_direction": 0.0}))[0])
+    first, _, _ = run(GOAL.pinned({"goal_distance": 0.1, "goal_direction": 0.0}))
+    finger = np.asarray(first.pipeline_state.geom_xpos[env.unwrapped._finger_geom_id, :2])
     at_finger = {
         "goal_distance": float(np.linalg.norm(finger)),
         "goal_direction": float(np.arctan2(finger[1], finger[0])),
     }
     across = {**at_finger, "goal_direction": at_finger["goal_direction"] + np.pi}
-    _, near = run(GOAL.pinned(at_finger))
-    _, far = run(GOAL.pinned(across))
+    *_, near = run(GOAL.pinned(at_finger))
+    *_, far = run(GOAL.pinned(across))
     assert float(near) == pytest.approx(5.0) and float(far) == 0.0
     assert run._cache_size() == 1
 
