@@ -6,8 +6,10 @@ SHA-256 digest of everything the run produced: final parameters, optimizer
 state, observation statistics, every segment's metrics and a held-out
 evaluation. Each process compiles for itself (no persistent compilation
 cache), as a new run or a resumed one does. Prints, per flag setting, whether
-all processes gave the same digest and the median training steps/s, so one
-call tells both whether runs repeat and what the setting costs.
+all processes gave the same digest, the median training steps/s and its ratio to the
+first setting's (process k against process k, the order of the settings rotated with
+k; geometric mean with a 95% t interval), so one call tells both whether runs repeat
+and what the setting costs.
 
 On a CPU every process gives the same digest. On a GPU, XLA's scatter-adds
 (used by the physics) and its autotuned kernels may differ from run to run;
@@ -32,7 +34,7 @@ import sys
 
 import numpy as np
 import tyro
-from _cli import check_counts, write_json
+from _cli import check_counts, paired_ratio, write_json
 
 from metarl import provenance
 
@@ -153,22 +155,41 @@ def main(cfg: Config) -> dict:
     if cfg.segments < 2:
         raise ValueError(f"--segments must be at least 2 (the first compiles), got {cfg.segments}")
     # process k of every setting in turn (before 2026-12-05 one setting's processes all
-    # ran, then the next's): drift in the machine's speed favours no setting's steps/s
-    runs = {setting: [] for setting in cfg.settings}
+    # ran, then the next's), the order rotated with k as the other benchmarks' rounds
+    # (before 2026-12-07 the first setting always ran first: under a drift in the
+    # machine's speed each later setting read slower, identical settings 1% apart)
+    settings = list(cfg.settings)
+    runs = {setting: [] for setting in settings}
     for k in range(cfg.processes):
-        for setting in cfg.settings:
+        shift = k % len(settings)
+        for setting in settings[shift:] + settings[:shift]:
             runs[setting].append(run_process(cfg, setting, k))
     print(
         f"\n{cfg.env}, {cfg.core}, {cfg.num_envs} envs, {cfg.num_timesteps} steps, seed {cfg.seed}"
     )
-    print(f"{'setting':<40}{'same digest':>12}{'steps/s':>10}{'eval returns':>28}")
+    first = settings[0]
+    print(
+        f"{'setting':<40}{'same digest':>12}{'steps/s':>10}{f'vs {first[:12]} [95% CI]':>28}"
+        f"{'eval returns':>28}"
+    )
     summary = {}
     for setting, results in runs.items():
         same = len({r["digest"] for r in results}) == 1
-        sps = float(np.median([r["steps_per_sec"] for r in results]))
+        speeds = [r["steps_per_sec"] for r in results]
+        sps = float(np.median(speeds))
+        # process k's steps/s against the first setting's process k: the geometric mean
+        # of these ratios and its t interval, as env_throughput's rounds
+        ratio, low, high = paired_ratio(speeds, [r["steps_per_sec"] for r in runs[first]])
         returns = ", ".join(f"{r['eval_return']:.1f}" for r in results)
-        print(f"{setting:<40}{str(same):>12}{sps:>10,.0f}{returns:>28}")
-        summary[setting] = {"same_digest": same, "steps_per_sec": sps}
+        vs = f"{ratio:.3f} [{low:.3f}, {high:.3f}]"
+        print(f"{setting:<40}{str(same):>12}{sps:>10,.0f}{vs:>28}{returns:>28}")
+        summary[setting] = {
+            "same_digest": same,
+            "steps_per_sec": sps,
+            "ratio": ratio,
+            "ratio_ci_low": low,
+            "ratio_ci_high": high,
+        }
     if cfg.out:
         record = {
             "config": dataclasses.asdict(cfg),

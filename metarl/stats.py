@@ -218,15 +218,27 @@ def difference(a, b, *, paired: bool = False, confidence: float = 0.95) -> Diffe
     return Difference(point, point - half, point + half, x.size, y.size, paired, dropped)
 
 
+def _number(x: float, digits: int, sign: str = "") -> str:
+    """`x` with `digits` decimals; a nonzero `x` that would read 0 (or -0) keeps its
+    first significant digit instead: whether an interval holds 0 is what a reader
+    takes from it, and "-5 [-9, 0]" or "[-12, -0]" cannot say."""
+    x = x + 0.0  # -0.0 reads 0
+    text = f"{x:{sign}.{digits}f}"
+    if x != 0 and np.isfinite(x) and float(text) == 0:
+        text = f"{x:{sign}.1g}"
+    return text
+
+
 def format_difference(d: Difference, digits: int = 0) -> str:
-    """``"+diff [low, high]"`` with `digits` decimals; ``"+diff [no CI: 1 vs 3 seeds]"``
-    when either side has fewer than two finite seeds; ``" (1 non-finite left out)"``
-    appended when seeds (paired: pairs) were dropped for a non-finite score."""
+    """``"+diff [low, high]"`` with `digits` decimals (a bound that would round to 0
+    keeps its first significant digit: ``"-6 [-12, -0.3]"``); ``"+diff [no CI: 1 vs 3
+    seeds]"`` when either side has fewer than two finite seeds; ``" (1 non-finite left
+    out)"`` appended when seeds (paired: pairs) were dropped for a non-finite score."""
+    diff = _number(d.diff, digits, "+")
     if not (np.isfinite(d.ci_low) and np.isfinite(d.ci_high)):
-        text = f"{d.diff:+.{digits}f} [no CI: {d.n_a} vs {d.n_b} seeds]"
+        text = f"{diff} [no CI: {d.n_a} vs {d.n_b} seeds]"
     else:
-        f = f"{{:+.{digits}f}} [{{:.{digits}f}}, {{:.{digits}f}}]"
-        text = f.format(d.diff, d.ci_low, d.ci_high)
+        text = f"{diff} [{_number(d.ci_low, digits)}, {_number(d.ci_high, digits)}]"
     if d.dropped:
         text += f" ({d.dropped} non-finite left out)"
     return text

@@ -39,6 +39,27 @@ def test_the_reproducibility_digest_reads_results_and_not_times():
     assert repro._digest(tree, metrics(1.0, 100.0, 3.0), np.float32(2.5)) != digest
 
 
+def test_the_reproducibility_speeds_favour_no_setting_under_drift(monkeypatch):
+    """The settings' processes ran in one order, the first setting always first: with
+    the machine 1% slower at each process started, two identical settings read 1%
+    apart. The order rotates with k, and each setting's steps/s is compared with the
+    first's process by process (a geometric mean with its t interval)."""
+    repro = _load("reproducibility")
+    order = []
+
+    def run(cfg, setting, k):
+        order.append(setting)
+        return {"digest": "d", "steps_per_sec": 1000.0 - 10 * len(order), "eval_return": 1.0}
+
+    monkeypatch.setattr(repro, "run_process", run)
+    summary = repro.main(repro.Config(processes=4, settings=("a", "b")))
+    assert order == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert summary["a"]["steps_per_sec"] == summary["b"]["steps_per_sec"]
+    assert summary["a"]["ratio"] == summary["a"]["ratio_ci_low"] == 1.0
+    b = summary["b"]
+    assert b["ratio_ci_low"] < 1.0 < b["ratio_ci_high"] and b["ratio"] == pytest.approx(1, abs=1e-3)
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [

@@ -100,6 +100,22 @@ def test_difference_ci_covers_the_true_gap_and_says_which_is_better():
     assert stats.format_difference(stats.difference([1.0, 2.0], [4.0, 5.0])).startswith("-3 [")
 
 
+def test_a_bound_next_to_zero_says_on_which_side_of_zero_it_lies():
+    """Rounded to whole numbers, a paired ADR-minus-fixed interval of -12.1 to -0.3 read
+    "[-12, -0]", and one of -9 to +0.4 read "[-9, 0]": the one thing an interval tells
+    (does it hold 0?) was lost. Such a bound keeps its first significant digit."""
+
+    def text(diff, low, high, digits=0):
+        return stats.format_difference(stats.Difference(diff, low, high, 10, 10), digits)
+
+    assert text(-6.2, -12.1, -0.3) == "-6 [-12, -0.3]"
+    assert text(-4.6, -9.0, 0.4) == "-5 [-9, 0.4]"
+    assert text(0.2, -0.4, 0.04) == "+0.2 [-0.4, 0.04]"
+    assert text(-5.0, -9.0, 0.0) == "-5 [-9, 0]" == text(-5.0, -9.0, -0.0)  # 0 itself
+    assert text(1.0, 0.001, 2.0, digits=2) == "+1.00 [0.001, 2.00]"
+    assert text(0.6, -1.2, 2.4) == "+1 [-1, 2]"  # nothing near 0: as before
+
+
 def test_difference_is_welchs_t_interval_and_holds_its_level_at_three_seeds():
     a, b = [1.0, 4.0, 2.0, 8.0], [3.0, 3.5, 2.0]
     welch = scipy_stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
