@@ -22,7 +22,8 @@ segment whose trial drew its context from the segment's ranges, not from the ran
 before it). A missing key raises a KeyError naming it. Keys each curriculum reads:
 
 * `LinearWidening`, `GeometricWidening`: none;
-* `PerformanceGated`: its `metric` ("eval_return" or "episode_return");
+* `PerformanceGated`: its `metric`: "eval_return", or for "episode_return" the
+  training return on the segment's own ranges, "env_return_sum" and "env_episodes";
 * `ADR`: "env_return_sum" and "env_episodes".
 
 `summary(state, results)` (optional in a `Curriculum`) reads the same results

@@ -65,9 +65,16 @@ def PerformanceGated(  # noqa: N802
         for a negative reference, the same distance below it); in (0, 10]
         (a relative 90 is refused as a percentage).
       relative: see threshold.
-      metric: the results key read by `update`: "eval_return" (default) or
-        "episode_return" (the training episodes that end within the segment:
-        `experiment.run` refuses a segment shorter than one episode per env).
+      metric: what `update` reads: "eval_return" (default), ``results["eval_return"]``;
+        or "episode_return", the mean return of the training episodes the segment
+        played on its own ranges: ``results["env_return_sum"].sum() /
+        results["env_episodes"].sum()`` (`current_return`; NaN, which holds, where
+        none ended). Not run_train's ``results["episode_return"]``, which also averages
+        the episodes of trials drawn before the ranges last changed: with trials of 2
+        episodes and a segment of one episode per env, every episode it averaged was
+        played on the ranges before (until 2026-12-07, when the gate read it).
+        `experiment.run` refuses a segment shorter than `MIN_TRIALS_PER_SEGMENT`
+        trials per env for it.
     """
     who = "PerformanceGated"
     start, step, threshold = _check_args(who, start, step, threshold, relative, metric)
@@ -95,7 +102,10 @@ def PerformanceGated(  # noqa: N802
     def read(state: GatedState, results: Mapping[str, Any], where: str):
         """(the value read, the reference after it, the return that opens the gate)."""
         check_state(state, GatedState, f"{who}.{where}")
-        value = require(results, metric, f"{who}(metric={metric!r})")
+        if metric == "episode_return":
+            value = current_return(results, f"{who}(metric={metric!r})")
+        else:
+            value = require(results, metric, f"{who}(metric={metric!r})")
         if (
             isinstance(value, bool)
             or not isinstance(value, numbers.Real | np.ndarray | jax.Array)
@@ -157,6 +167,24 @@ def PerformanceGated(  # noqa: N802
         "metric": metric,
     }
     return Curriculum(init=init, update=update, ranges=ranges, params=params, summary=summary)
+
+
+def current_return(results: Mapping[str, Any], who: str) -> float:
+    """The mean return of the training episodes played on the segment's own ranges:
+    ``results["env_return_sum"].sum() / results["env_episodes"].sum()`` (run_train's
+    per-env sums of the episodes whose trial drew its context from the ranges the
+    segment trained on), NaN where none ended."""
+    sums, episodes = (
+        np.asarray(require(results, key, who), np.float64)
+        for key in ("env_return_sum", "env_episodes")
+    )
+    if sums.shape != episodes.shape:
+        raise ValueError(
+            f"{who}: results['env_return_sum'] and results['env_episodes'] must have one "
+            f"entry per env each, got shapes {sums.shape} and {episodes.shape}"
+        )
+    count = float(episodes.sum())
+    return float(sums.sum()) / count if count > 0 else float("nan")
 
 
 def _check_args(who, start, step, threshold, relative, metric) -> tuple[float, float, float]:

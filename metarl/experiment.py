@@ -914,27 +914,29 @@ def _note_whole_iterations(exp: Experiment, steps_per_segment: int) -> int:
 
 
 def check_segment_length(exp: Experiment, steps_per_segment: int) -> None:
-    """Refuses a segment too short for what the curriculum reads: a per-env curriculum
-    whose segment gives each env fewer than `MIN_TRIALS_PER_SEGMENT` trials' worth of
-    steps, and a gate on the training episodes' return (``metric="episode_return"``)
-    whose segment gives each env less than one episode."""
+    """Refuses a segment too short for what the curriculum reads: one that gives each
+    env fewer than `MIN_TRIALS_PER_SEGMENT` trials' worth of steps where the curriculum
+    reads the training episodes played on the segment's own ranges (ADR, per env; a gate
+    on ``metric="episode_return"``): only trials that start within the segment count."""
     config, env = exp.ppo, exp.env
     per_env = math.ceil(steps_per_segment / config.batch_size) * config.unroll_length
-
-    def least(steps: int) -> int:  # the smallest steps_per_segment giving each env `steps`
-        return math.ceil(steps / config.unroll_length) * config.batch_size
-
+    trial = env.episode_length * env.episodes_per_trial
+    if per_env >= MIN_TRIALS_PER_SEGMENT * trial:
+        return
+    least = math.ceil(MIN_TRIALS_PER_SEGMENT * trial / config.unroll_length) * config.batch_size
+    short = (
+        f"steps_per_segment={steps_per_segment} gives each of the {config.num_envs} envs "
+        f"{per_env} steps per segment, under {MIN_TRIALS_PER_SEGMENT} trials of {trial} steps"
+    )
     params = getattr(exp.curriculum, "params", None)  # a curriculum of your own may have none
     metric = params.get("metric") if isinstance(params, Mapping) else None
-    if metric == "episode_return" and per_env < env.episode_length:
+    if metric == "episode_return":
         raise ValueError(
-            f"steps_per_segment={steps_per_segment} gives each of the {config.num_envs} envs "
-            f"{per_env} steps per segment, under one episode of {env.episode_length} steps: "
-            "the curriculum gates on 'episode_return', the mean return of the training "
-            "episodes that end within a segment, so once the agent keeps every episode "
-            "going past a segment no episode ends, the return is NaN and the gate holds for "
-            f"good. Use steps_per_segment >= {least(env.episode_length)}, or "
-            "metric='eval_return'"
+            f"{short}: the curriculum gates on 'episode_return', the mean return of the "
+            "training episodes played on the segment's own ranges, and only trials that "
+            "start within the segment count: a shorter segment gates on few (with trials "
+            "of several episodes, none) of them, or on none once the agent keeps every "
+            f"episode going. Use steps_per_segment >= {least}, or metric='eval_return'"
         )
     state = exp.curriculum.init(
         exp.target,
@@ -942,17 +944,11 @@ def check_segment_length(exp: Experiment, steps_per_segment: int) -> None:
         num_envs=exp.ppo.num_envs,
         key=jax.random.key(0),
     )
-    if not isinstance(exp.curriculum.ranges(state), PerEnv):
-        return
-    trial = env.episode_length * env.episodes_per_trial
-    if per_env < MIN_TRIALS_PER_SEGMENT * trial:
+    if isinstance(exp.curriculum.ranges(state), PerEnv):
         raise ValueError(
-            f"steps_per_segment={steps_per_segment} gives each of the {config.num_envs} envs "
-            f"{per_env} steps per segment, under {MIN_TRIALS_PER_SEGMENT} trials of {trial} "
-            "steps: a per-env curriculum (ADR) credits only trials that start and end within "
-            "a segment, so its longest (most successful) trials would never count. Use "
-            f"steps_per_segment >= {least(MIN_TRIALS_PER_SEGMENT * trial)}, or fewer envs or "
-            "shorter episodes"
+            f"{short}: a per-env curriculum (ADR) credits only trials that start and end "
+            "within a segment, so its longest (most successful) trials would never count. "
+            f"Use steps_per_segment >= {least}, or fewer envs or shorter episodes"
         )
 
 

@@ -853,12 +853,13 @@ def test_an_adr_segment_too_short_for_whole_trials_is_refused_before_anything_ru
     assert not (tmp_path / "a").exists() and not (tmp_path / "v").exists()
 
 
-def test_a_gate_on_the_training_return_with_a_segment_shorter_than_an_episode_is_refused(
+def test_a_gate_on_the_training_return_with_a_segment_shorter_than_two_trials_is_refused(
     tmp_path,
 ):
     # Puck's episodes last 20 steps here; SMALL trains 8 envs x 4 steps per iteration. The
-    # training return averages the episodes that end within a segment: with 16 steps per
-    # env none need end, and the gate would read NaN and hold for good.
+    # gate reads the episodes of trials that start within the segment (on its own
+    # ranges): with 16 steps per env none need start and end, and the gate would read
+    # NaN and hold for good; as ADR, it needs 2 trials' worth of steps per env.
     def exp(metric):
         gate = curricula.PerformanceGated(0.5, 0.25, 1.0, metric=metric)
         return experiment.Experiment(env(), G, gate, ppo.PPOConfig(**SMALL))
@@ -866,12 +867,14 @@ def test_a_gate_on_the_training_return_with_a_segment_shorter_than_an_episode_is
     gated = exp("episode_return")
     with pytest.raises(
         ValueError,
-        match=r"16 steps per segment, under one episode of 20.*"
-        r"steps_per_segment >= 160, or metric='eval_return'",
+        match=r"16 steps per segment, under 2 trials of 20 steps.*"
+        r"steps_per_segment >= 320, or metric='eval_return'",
     ):
         experiment.run(gated, logdir=tmp_path / "g", segments=1, steps_per_segment=128, seed=0)
     assert not (tmp_path / "g").exists()
-    experiment.check_segment_length(gated, 160)  # 5 iterations: 20 steps per env
+    with pytest.raises(ValueError, match=r"36 steps per segment.*>= 320, or metric="):
+        experiment.check_segment_length(gated, 288)
+    experiment.check_segment_length(gated, 320)  # 10 iterations: 40 steps per env
     experiment.check_segment_length(exp("eval_return"), 64)  # evaluated on whole episodes
 
 

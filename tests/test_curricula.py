@@ -276,27 +276,58 @@ def test_gated_holds_below_the_threshold_and_widens_above_it():
     np.testing.assert_allclose(state.fraction, 0.5, rtol=1e-6)
 
 
+def _played(mean: float, stale: float = -1e6) -> dict:
+    """run_train's results where the 4 envs' episodes on the segment's own ranges
+    returned `mean` on average (none in the last env), and `episode_return` (which
+    also averages the episodes of trials drawn before the ranges changed) `stale`."""
+    return {
+        "episode_return": stale,
+        "env_return_sum": np.array([mean - 1, 2 * mean + 1, 3 * mean, 0.0]),
+        "env_episodes": np.array([1, 2, 3, 0]),
+    }
+
+
 def test_gated_relative_threshold_is_a_fraction_of_the_first_return():
     cur = curricula.PerformanceGated(
         start=0.2, step=0.1, threshold=0.9, relative=True, metric="episode_return"
     )
     state = cur.init(TARGET, defaults=DEFAULTS)
     assert np.isnan(state.reference)
-    state = cur.update(state, {"episode_return": float("nan")})  # nothing measured yet
+    nothing = {"env_return_sum": np.zeros(4), "env_episodes": np.zeros(4)}
+    state = cur.update(state, nothing)  # no episode on these ranges yet: NaN, holds
     assert np.isnan(state.reference) and state.fraction == np.float32(0.2)
-    state = cur.update(state, {"episode_return": 100.0})  # reference; 100 >= 90 widens
+    state = cur.update(state, _played(100.0))  # reference; 100 >= 90 widens
     assert state.reference == np.float32(100.0)
     np.testing.assert_allclose(state.fraction, 0.3, rtol=1e-6)
-    state = cur.update(state, {"episode_return": 80.0})  # below 90: hold
+    state = cur.update(state, _played(80.0))  # below 90: hold
     np.testing.assert_allclose(state.fraction, 0.3, rtol=1e-6)
-    state = cur.update(state, {"episode_return": 95.0})  # above 90: widen
+    state = cur.update(state, _played(95.0))  # above 90: widen
     np.testing.assert_allclose(state.fraction, 0.4, rtol=1e-6)
     assert state.reference == np.float32(100.0)
 
-    negative = cur.update(cur.init(TARGET), {"episode_return": -100.0})  # gate at -110
+    negative = cur.update(cur.init(TARGET), _played(-100.0))  # gate at -110
     f = float(negative.fraction)
-    assert float(cur.update(negative, {"episode_return": -120.0}).fraction) == f
-    assert float(cur.update(negative, {"episode_return": -105.0}).fraction) > f
+    assert float(cur.update(negative, _played(-120.0)).fraction) == f
+    assert float(cur.update(negative, _played(-105.0)).fraction) > f
+
+
+def test_a_gate_on_the_training_return_reads_the_episodes_of_its_own_ranges():
+    """The gate read run_train's `episode_return`, which also averages the episodes of
+    trials drawn before the ranges last changed: with trials of 2 episodes and a
+    segment of one episode per env, every episode it read was played on the narrower
+    ranges before, and it widened again without a return measured on its own. It reads
+    the per-env sums of the episodes played on the segment's ranges."""
+    cur = curricula.PerformanceGated(0.2, 0.2, threshold=50.0, metric="episode_return")
+    state = cur.init(TARGET, defaults=DEFAULTS)
+    held = cur.update(state, _played(10.0, stale=100.0))
+    assert held.fraction == np.float32(0.2)  # the stale 100 would have opened it
+    assert cur.summary(state, _played(10.0, stale=100.0))["gate/return"] == 10.0
+    opened = cur.update(state, _played(60.0, stale=0.0))
+    np.testing.assert_allclose(opened.fraction, 0.4, rtol=1e-6)
+    with pytest.raises(KeyError, match="env_return_sum"):
+        cur.update(state, {"episode_return": 60.0})
+    with pytest.raises(ValueError, match=r"one entry per env each, got shapes \(4,\) and \(3,\)"):
+        cur.update(state, {"env_return_sum": np.zeros(4), "env_episodes": np.zeros(3)})
 
 
 @pytest.mark.parametrize(
