@@ -193,9 +193,10 @@ def interpolation(
             values[name] = rng.choice(np.asarray(mids), shape).astype(np.float32)
         else:  # each element in its own interval
             to, back = _scale(dist)
-            lo, hi = map(to, _element_bounds(ContextSpace({name: dist}))[name])
+            bounds = _element_bounds(ContextSpace({name: dist}))[name]
+            lo, hi = map(to, bounds)
             u = rng.uniform(0.0, 1.0, shape)
-            values[name] = back(lo + u * (hi - lo)).astype(np.float32)
+            values[name] = _kept(back(lo + u * (hi - lo)), *bounds).astype(np.float32)
     return ContextSet("interpolation", values)
 
 
@@ -249,10 +250,21 @@ def _whole_values(dist, where: str, shape: tuple[int, ...], rng) -> np.ndarray:
 
 def _scale(dist) -> tuple[Any, Any]:
     """(to, back): the coordinates held-out values are placed in: log for `LogUniform`
-    (its training draws are uniform there), the values themselves otherwise."""
+    (its training draws are uniform there; `LogUniform.visible`, which takes 0, the
+    point ``space.pinned`` gives a default of 0, at float32's smallest normal value:
+    `np.log` made it -inf, and every held-out value NaN), the values themselves
+    otherwise. `_kept` restores the exact value of an element not varied."""
     if isinstance(dist, LogUniform):
-        return np.log, np.exp
+        return dist.visible, np.exp
     return (lambda x: x), (lambda x: x)
+
+
+def _kept(values, lo, hi):
+    """`values` where the training interval [lo, hi] (its own units, per element where
+    arrays) is a point, that point: an element not varied in training keeps its value
+    in every split, exactly (`_scale`'s log and back can move it)."""
+    lo, hi = np.asarray(lo), np.asarray(hi)
+    return np.where(lo == hi, lo, values)
 
 
 def periods(env: ContextualEnv) -> Mapping[str, float]:
@@ -319,8 +331,9 @@ def extrapolation(
     rng = np.random.default_rng(seed)
     turns = periods(env)
     values = {}
-    for name, (lo, hi) in _element_bounds(space).items():
+    for name, bounds in _element_bounds(space).items():
         dist = space[name]
+        lo, hi = bounds
         if env.binding.discrete_kind(name) is not None:
             values[name] = _whole_values(dist, side, (num,) + _shape(space, name, env), rng)
             continue
@@ -344,7 +357,8 @@ def extrapolation(
         start, end = (
             np.choose(pick, [np.broadcast_to(s[j], shape) for s in usable]) for j in (0, 1)
         )
-        values[name] = back(start + rng.uniform(0.0, 1.0, shape) * (end - start)).astype(np.float32)
+        drawn = back(start + rng.uniform(0.0, 1.0, shape) * (end - start))
+        values[name] = _kept(drawn, *bounds).astype(np.float32)
     return ContextSet("extrapolation" if side == "both" else f"extrapolation_{side}", values)
 
 
@@ -368,7 +382,7 @@ def _centre(dist, lo, hi) -> Any:
     `LogUniform`); for a `Choice`, the trained value nearest it (the middle of
     a relative Choice([-1, 1]) would switch the quantity off)."""
     to, back = _scale(dist)
-    middle = back((to(np.asarray(lo)) + to(np.asarray(hi))) / 2)
+    middle = _kept(back((to(np.asarray(lo)) + to(np.asarray(hi))) / 2), lo, hi)
     if isinstance(dist, Choice):
         trained = _trained_values(dist)[::-1]  # a tie goes to the larger value
         return trained[np.argmin(np.abs(trained - middle))]

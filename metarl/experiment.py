@@ -298,9 +298,10 @@ def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
             axes[name] = E.whole_axis(exp.target[name]).astype(np.float32)
             continue
         lo, hi = exp.target.intervals()[name]
+        bounds = float(np.min(lo)), float(np.max(hi))
         # the coordinates the extrapolation splits use: log space for a LogUniform
         to, back = E._scale(exp.target[name])
-        lo, hi = to(float(np.min(lo))), to(float(np.max(hi)))
+        lo, hi = map(to, bounds)
         factor = exp.eval.extrapolation_factor
         # the same bounds as the extrapolation splits: physical, the side of zero, half a
         # turn for an angle; the points are spread over the clipped span (clipping the
@@ -315,7 +316,8 @@ def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
         if isinstance(dist, Choice):
             axes[name] = _choice_axis(dist, ends)
         else:
-            axes[name] = back(np.linspace(float(ends[0]), float(ends[1]), exp.eval.heatmap_points))
+            line = np.linspace(float(ends[0]), float(ends[1]), exp.eval.heatmap_points)
+            axes[name] = E._kept(back(line), *bounds)
     return axes
 
 

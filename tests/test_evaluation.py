@@ -167,6 +167,28 @@ def test_a_dimension_that_does_not_vary_keeps_its_value_in_every_split():
     assert np.all(E.interpolation(space, 20).values["timestep"] == np.float32(0.004))
 
 
+def test_a_log_uniform_point_at_zero_keeps_its_value_in_every_split_and_the_heatmap():
+    """`space.pinned(env.default_context())` makes a LogUniform viscosity with default
+    0 the point LogUniform(0, 0), which it accepts: the held-out sets took its log,
+    -inf, and every interpolated and extrapolated viscosity was NaN, which the
+    evaluator refused after the run's first segment. A point keeps its value exactly,
+    a positive one too (exp(log x) can be a float32 step off x)."""
+    wide = C.ContextSpace({"gravity": C.Uniform(5.0, 15.0), "viscosity": C.LogUniform(0.1, 1.0)})
+    pinned = wide.pinned({"viscosity": np.float32(0.0)})
+    assert pinned["viscosity"] == C.LogUniform(0.0, 0.0)
+    space = C.ContextSpace({**pinned, "mass": C.LogUniform(0.3, 0.3, relative=True)})
+    env = make_contextual("inverted_pendulum", space)
+    sets = [E.interpolation(space, 20, env=env), E.grid(space, {"gravity": [5.0, 15.0]})]
+    sets += [E.extrapolation(env, space, 20, side=side) for side in ("low", "high", "both")]
+    for held_out in sets:
+        assert np.all(held_out.values["viscosity"] == 0.0), held_out.split
+        assert np.all(held_out.values["mass"] == np.float32(0.3)), held_out.split
+        E.Evaluator(env, episodes=1, max_contexts=20).ranges(held_out)  # all finite: taken
+    axes = _heatmap_axes(space)
+    assert np.all(axes["viscosity"] == 0.0)
+    assert axes["gravity"][0] < 5.0 < 15.0 < axes["gravity"][-1]
+
+
 def test_a_one_value_choice_keeps_its_value_and_the_interpolation_split():
     """Choice([1.0]) does not vary, as Fixed(1.0): interpolation keeps it at 1.0 (it
     raised NoHeldOutValuesError, and the run dropped the whole split)."""
