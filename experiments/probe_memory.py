@@ -92,6 +92,7 @@ def main(cfg: Config) -> dict:
         num_seeds=cfg.num_seeds,
         segment=cfg.segments,
         eval_as_run=True,
+        steps_per_segment=cfg.steps_per_segment,  # the run's: another budget is refused
     )
     env, k = gru.env, gru.env.episodes_per_trial
     evaluator = loaded.compiled.evaluator

@@ -159,7 +159,9 @@ def main(cfg: Config) -> dict:
     exps = rl2.variants(dataclasses.replace(cfg, agents=("gru", "oracle")))
     logdir = pathlib.Path(cfg.logdir)
     # the segment `--segments` names (the run's last); both runs checked before either loads
+    # (and of the run's --steps-per-segment: refused where the run trained another)
     run = {"seed": cfg.seed, "num_seeds": cfg.num_seeds, "segment": cfg.segments}
+    run["steps_per_segment"] = cfg.steps_per_segment
     for name, exp in exps.items():
         experiment.check_loadable(exp, logdir=logdir / name, **run, eval_as_run=True)
     loaded = {

@@ -1042,14 +1042,17 @@ def check_loadable(
     num_seeds: int = 1,
     segment: int | None = None,
     eval_as_run: bool = False,
+    steps_per_segment: int | None = None,
 ) -> None:
     """What `load_run` checks before it builds anything (the run's run.json, its
     checkpoints, `segment`), raising what it raises: a script that reads several runs
     checks them all before it compiles the first (experiments/steer_memory.py)."""
     logdir = pathlib.Path(logdir)
     _check_seed(exp, seed, num_seeds)
-    config = describe_run(exp, None, num_seeds, seed, 1, 1)
-    check_recorded(logdir, config, "load_run", also=("eval.",) if eval_as_run else ())
+    config = describe_run(exp, None, num_seeds, seed, steps_per_segment or 1, 1)
+    also = ("eval.",) if eval_as_run else ()
+    also += ("steps_per_segment",) if steps_per_segment is not None else ()
+    check_recorded(logdir, config, "load_run", also=also)
     ckpt = logdir / CHECKPOINTS
     if checkpoint.latest_step(ckpt) is None:
         raise ValueError(f"load_run: {ckpt} holds no intact checkpoint: the run saved none yet")
@@ -1066,6 +1069,7 @@ def load_run(
     segment: int | None = None,
     compiled: Compiled | None = None,
     eval_as_run: bool = False,
+    steps_per_segment: int | None = None,
 ) -> TrainedRun:
     """The policies of the run of `exp` in `logdir` after its latest checkpointed
     segment (or `segment`, while its checkpoint is kept), to analyse them, with the
@@ -1075,10 +1079,18 @@ def load_run(
     FileNotFoundError naming the kept ones. `eval_as_run`: also refuse an `exp.eval`
     other than the run's, so that `held_out_sets` gives the contexts the run's
     evaluation scored (an analysis of them; other settings draw other contexts).
+    `steps_per_segment`: also refuse a run that trained segments of another length
+    (a script that takes the run's flags: segment N of another budget is another agent).
     Writes nothing (but moves a damaged newest checkpoint aside, as a resume does),
     so the run may go on afterwards. `check_loadable` makes its checks alone."""
     check_loadable(
-        exp, logdir=logdir, seed=seed, num_seeds=num_seeds, segment=segment, eval_as_run=eval_as_run
+        exp,
+        logdir=logdir,
+        seed=seed,
+        num_seeds=num_seeds,
+        segment=segment,
+        eval_as_run=eval_as_run,
+        steps_per_segment=steps_per_segment,
     )
     logdir = pathlib.Path(logdir)
     ckpt = logdir / CHECKPOINTS

@@ -53,6 +53,7 @@ RECORDED_LATER = (
     "experiment.env.reset_chunk",
     "experiment.env.space",
     "experiment.env.code",
+    "experiment.env.data",
     "eval.probe",
 )
 # What a run ran on, recorded beside its config and compared like config fields
@@ -103,22 +104,63 @@ def describe_env(env: ContextualEnv) -> dict[str, Any]:
         # the env's own space: its default ranges, and the scale of a visible context
         "space": stable_repr(env.space),
     }
-    code = hashlib.sha256()
+    code, data = hashlib.sha256(), {}
     for name, value in sorted(vars(inner).items()):
         if hasattr(value, "to_dict"):  # ml_collections.ConfigDict
             value = value.to_dict()
         if inspect.isfunction(value):
             described[name] = f"{value.__module__}.{value.__qualname__}"
         elif _plain(value):
-            described[name] = value
+            described[name] = _portable(value)
+        elif _data(value):  # MjcfEnv's task_params of arrays, a goal's default
+            digest = hashlib.sha256()
+            _digest_fields(digest, value)  # dtypes, shapes and bytes, as the model digest
+            data[name] = digest.hexdigest()[:16]
         if callable(value) and not isinstance(value, type):
             code.update(f"{name}={_code_text(value)}\n".encode())
+    # arrays and containers of them, by digest (until 2026-12-07 left out: a changed
+    # default of an array task parameter resumed silently)
+    described["data"] = data
     for cls in _own_classes(type(inner)):  # a user's env class: its edited step, reward
         code.update(f"class {cls.__module__}.{cls.__qualname__}={_source(cls)}\n".encode())
     # what the env's functions compute (an edited reward in an imported module, a
     # partial's arguments, captured arrays), which their names alone do not say
     described["code"] = code.hexdigest()[:16]
     return described
+
+
+def _portable(value: Any) -> Any:
+    """An absolute path (each Playground env keeps its XML's, in site-packages) as the
+    file's name and a digest of its bytes: where a library is installed decides no
+    number, and a run recorded it so could be neither resumed nor read from another
+    venv, clone or machine (`experiment.` fields cannot be forced). Other values as
+    they are."""
+    if not (isinstance(value, str) and os.path.isabs(value)):
+        return value
+    path = pathlib.PurePath(value)
+    digest = provenance.file_hash(value)
+    return path.name if digest is None else f"{path.name} (sha256 {digest})"
+
+
+def _same_place(old: Any, new: Any) -> bool:
+    """Whether `old`, an absolute path an older metarl recorded, names the file `new`
+    (`_portable`'s text) names."""
+    return (
+        isinstance(old, str)
+        and os.path.isabs(old)
+        and isinstance(new, str)
+        and new.split(" (sha256 ")[0] == pathlib.PurePath(old).name
+    )
+
+
+def _data(value: Any) -> bool:
+    """An array, or a non-empty tuple, list or mapping of arrays and plain values."""
+    if isinstance(value, jax.Array | np.ndarray):
+        return True
+    items = value.values() if isinstance(value, Mapping) else value
+    if not isinstance(value, tuple | list | Mapping) or not items:
+        return False
+    return all(_plain(v) or _data(v) for v in items)
 
 
 def _own_classes(cls: type) -> list[type]:
@@ -339,7 +381,10 @@ def _config_differences(
     against `config`, leaving out the fields an older metarl did not record."""
     unrecorded = [k for k in RECORDED_LATER if k in config and k not in old["config"]]
     config_now = {k: v for k, v in config.items() if k not in unrecorded}
-    return _differences(_ran_strategy(old), json.loads(json.dumps(config_now))), unrecorded
+    ran = _ran_strategy(old)
+    # an env's file as an older metarl recorded it: its absolute path (`_portable`)
+    ran = {k: config[k] if _same_place(v, config.get(k)) else v for k, v in ran.items()}
+    return _differences(ran, json.loads(json.dumps(config_now))), unrecorded
 
 
 def _lines(diff: Mapping[str, tuple[Any, Any]]) -> str:

@@ -215,6 +215,9 @@ def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
     assert not data & {jax.random.key_data(k).tobytes() for k in fit_keys}
     with pytest.raises(ValueError, match=r"(?s)another experiment.*eval\.contexts: run has 2"):
         probe_memory.main(tyro.cli(probe_memory.Config, args=[*args, "--eval.contexts", "3"]))
+    longer = ["--steps-per-segment", "320"]  # segment 1 of another budget: another agent
+    with pytest.raises(ValueError, match=r"(?s)another experiment.*steps_per_segment: run has 160"):
+        probe_memory.main(tyro.cli(probe_memory.Config, args=[*args, *longer]))
     with pytest.raises(FileNotFoundError, match=r"step 2 .*available steps: \[1\]"):
         probe_memory.main(tyro.cli(probe_memory.Config, args=[*args, "--segments", "2"]))
     out = probe_memory.main(cfg)

@@ -457,6 +457,52 @@ def test_the_run_identity_sees_static_model_settings_and_the_envs_code():
     assert [k for k in described if described[k] != flipped[k]] == ["code"]
 
 
+def test_the_run_identity_records_an_envs_arrays_and_its_files_wherever_installed(tmp_path):
+    """An MjcfEnv's array task parameters (a goal's default) were left out of run.json:
+    a changed default resumed silently. A Playground env keeps its XML's absolute path
+    in site-packages, recorded as it was: a run could be neither resumed (`experiment.`
+    fields cannot be forced) nor read from another venv, clone or machine. The file is
+    recorded by name and content, and a run.json holding the path still resumes."""
+    from metarl.envs import MjcfEnv
+
+    space = C.ContextSpace({"mass": C.Scale(0.5, 2.0)})
+
+    def env(goal, place):
+        mjcf = MjcfEnv(
+            BALL.format(option=""),
+            observe=lambda d, t: d.qpos,
+            reward=lambda d, a, n, t: -abs(n.qpos[0] - t["goal"][0]),
+            task_params={"goal": np.asarray(goal, np.float32)},
+        )
+        path = tmp_path / place / "ball.xml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(BALL.format(option=""))
+        mjcf._xml_path = str(path)  # as each Playground env keeps its model's file
+        return make_contextual(mjcf, space)
+
+    def config(goal=(0.0, 1.0), place="venv"):
+        exp = experiment.Experiment(
+            env(goal, place), space, curricula.LinearWidening(1.0, 1), ppo.PPOConfig()
+        )
+        return rundir.describe_run(exp, None, 1, 0, STEPS, 1)
+
+    then = config()
+    assert then["experiment.env._xml_path"].startswith("ball.xml (sha256 ")
+    assert config(place="elsewhere") == then  # another install of the same file
+    changed = config(goal=(5.0, 1.0))
+    assert {k for k in then if then[k] != changed[k]} == {"experiment.env.data"}
+    rundir.check_identity(tmp_path, then, "auto")
+    with pytest.raises(SystemExit, match=r"(?s)experiment\.env\.data: run has .* cannot be forced"):
+        rundir.check_identity(tmp_path, changed, "force", write=False)
+    # a run.json of an older metarl: the file's absolute path, no arrays recorded
+    path = tmp_path / rundir.RUN_FILE
+    record = json.loads(path.read_text())
+    record["config"]["experiment.env._xml_path"] = str(tmp_path / "venv" / "ball.xml")
+    del record["config"]["experiment.env.data"]
+    path.write_text(json.dumps(record))
+    rundir.check_identity(tmp_path, config(place="elsewhere"), "auto", write=False)
+
+
 _USER_ENV = """
 import numpy as np
 from brax.envs.inverted_pendulum import InvertedPendulum
