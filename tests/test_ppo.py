@@ -150,6 +150,31 @@ def test_segments_and_context_changes_never_recompile(pendulum, tmp_path):
     assert m2["segment_env_steps"] == 4 * space.config.batch_size  # whole iterations
 
 
+def test_a_segment_past_int32s_reach_is_split_into_calls_counted_in_64_bits(pendulum, monkeypatch):
+    """The loop counts the steps of the episodes that end in int32: past 2**31 env steps
+    in one call (a GPU run of a few billion steps, `train(..., segments=1)`) it wrapped
+    to a negative episode_length. A call runs at most `MAX_CALL_STEPS`; a longer segment
+    is split into more calls (the same results) whose counts add up on the host."""
+    from metarl.agents.ppo import training
+
+    wrapped = training.add_totals({"length_sum": np.int32(2**31 - 1)}, {"length_sum": np.int32(5)})
+    more = training.add_totals(wrapped, {"length_sum": np.int32(5)})
+    assert more["length_sum"] == 2**31 + 9 and more["length_sum"].dtype == np.int64
+    _, space, ts, es, _, _ = pendulum
+    batch = space.config.batch_size
+    _, _, whole = ppo.run_train(space, *jax.tree.map(jnp.copy, (ts, es)), 5 * batch)
+    monkeypatch.setattr(training, "MAX_CALL_STEPS", 2 * batch)
+    done = []
+    _, _, split = ppo.run_train(
+        space, *jax.tree.map(jnp.copy, (ts, es)), 5 * batch, progress=lambda d, t: done.append(d)
+    )
+    assert done == [2 * batch, 4 * batch, 5 * batch]  # 3 calls of 2, 2 and 1 iterations
+    assert (split["episodes"], split["env_steps"]) == (whole["episodes"], whole["env_steps"])
+    for name in ("episode_return", "episode_length", "policy_loss", "value_loss"):
+        np.testing.assert_allclose(split[name], whole[name], rtol=1e-5, err_msg=name)
+    np.testing.assert_array_equal(split["env_episodes"], whole["env_episodes"])
+
+
 def test_run_train_rejects_ranges_of_another_shape(pendulum):
     _, space, ts, es, _, _ = pendulum
     with pytest.raises(ValueError, match="same names"):

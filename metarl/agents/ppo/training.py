@@ -112,6 +112,26 @@ STOCK_MEMORY_SHARE = 0.25
 STOCK_ROLLOUTS = 2
 
 
+# The most env steps (per seed) one call of the compiled loop runs: the loop counts the
+# steps of the episodes that end in int32 (exact, where float32 stops at 2**24), which
+# past 2**31 wraps to a negative episode_length; `run_train` splits a longer segment
+# into more calls (its results do not depend on the split) and adds their counts on the
+# host in 64 bits (`add_totals`).
+MAX_CALL_STEPS = 2**30
+
+
+def add_totals(total: dict | None, more: dict) -> dict:
+    """`total` + `more`, two calls' totals (`IterationStats.totals`), on the host in 64
+    bits: int64 counts, float64 sums."""
+    wide = {
+        k: np.asarray(v).astype(
+            np.int64 if np.issubdtype(np.asarray(v).dtype, np.integer) else np.float64
+        )
+        for k, v in more.items()
+    }
+    return wide if total is None else {k: total[k] + wide[k] for k in wide}
+
+
 def default_stock_depth(unroll_length: int) -> int:
     """The stock's depth where the device's memory holds it: `STOCK_ROLLOUTS` rollouts."""
     return STOCK_ROLLOUTS * unroll_length
@@ -525,8 +545,9 @@ def run_train(
         env_state = space.set_ranges(env_state, _ranges_arg(space, context))
     batch = space.config.batch_size
     total = math.ceil(num_steps / batch)
-    sizes = [len(c) for c in np.array_split(np.arange(total), min(chunks, total))]
-    sums = None
+    calls = max(min(chunks, total), math.ceil(total * batch / MAX_CALL_STEPS))
+    sizes = [len(c) for c in np.array_split(np.arange(total), calls)]
+    sums, totals = None, None
     start, done = time.perf_counter(), 0
     with count_compilations() as compiles:  # the first segment compiles the loop
         for size in sizes:
@@ -534,8 +555,10 @@ def run_train(
                 training_state, env_state, jnp.int32(size)
             )
             sums = acc if sums is None else jax.tree.map(jnp.add, sums, acc)
+            chunk_totals = parallel.fetch(acc.totals)
+            totals = add_totals(totals, chunk_totals)
             start_step, done = done, done + size
-            bad = np.asarray(parallel.fetch(acc.totals["nonfinite_learner"]))
+            bad = np.asarray(chunk_totals["nonfinite_learner"])
             if np.any(bad):
                 raise TrainingDivergedError(
                     _diverged(space, training_state, bad, start_step * batch, done * batch),
@@ -546,6 +569,7 @@ def run_train(
             if progress is not None:
                 progress(done * batch, total * batch)
         sums = parallel.fetch(sums)  # per_env spans every host's devices
+        sums = sums.replace(totals=totals)  # the counts summed in 64 bits
     timing = (time.perf_counter() - start, compiles.seconds)  # (wall, compiling)
     stock = env_state.env.info.get(POOL)
     if isinstance(stock, ResetStock) and np.any(parallel.fetch(stock.overrun)):
