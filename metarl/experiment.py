@@ -1304,9 +1304,9 @@ def _cells(row: dict, num_seeds: int) -> list[str]:
     return [_cell(row.get(c, float("nan"))) for c in _columns(num_seeds)]
 
 
-def _line(values, num_seeds: int = 1) -> str:
+def _line(values, num_seeds: int = 1, width: int | None = None) -> str:
     # an IQM cell over seeds is as wide as "1234 [no CI: 3 seeds]" or "-123 [-456, 789]"
-    width = 15 if num_seeds == 1 else 21
+    width = width or (15 if num_seeds == 1 else 21)
     return " ".join(f"{v!s:>{width}}" for v in values)
 
 
@@ -1358,16 +1358,21 @@ def _probe_lines(rows: list[dict], name: str = "") -> list[str]:
         value = value if isinstance(value, list) else [value]
         return stats.format_iqm(stats.summarize(np.asarray(value, float)), 2)
 
-    out = [
-        f"\n{name + ' ' if name else ''}memory probe (out-of-sample R^2 over a trial and "
-        "RMSE in the context's units, per held-out split; IQM [95% CI] over seeds):",
-        _line(["", "segment", "env steps", *(columns[s] for s in splits)], num_seeds),
-    ]
+    table = [["", "segment", "env steps", *(columns[s] for s in splits)]]
     for what in ("r2", "rmse"):
         for row in rows:
             cells = [cell(row["probe"][probe_tag(s, what)]) for s in splits]
-            label = "R^2" if what == "r2" else "RMSE"
-            out.append(_line([label, row["segment"], row["env_steps"], *cells], num_seeds))
+            table.append(
+                ["R^2" if what == "r2" else "RMSE", row["segment"], row["env_steps"], *cells]
+            )
+    # its cells have 2 decimals ("-1.15 [no CI: 2 seeds]"): the columns as wide as the
+    # widest (the main table's 15 and 21 characters overflowed with 1 to 3 seeds)
+    width = max(len(str(v)) for line in table for v in line)
+    out = [
+        f"\n{name + ' ' if name else ''}memory probe (out-of-sample R^2 over a trial and "
+        "RMSE in the context's units, per held-out split; IQM [95% CI] over seeds):",
+        *(_line(line, num_seeds, width) for line in table),
+    ]
     episodes = [e for e in range(1, len(probe)) if probe_tag(splits[0], "r2", e) in probe]
     for s in splits if episodes else ():
         curve = "  ".join(f"{e}: {cell(probe[probe_tag(s, 'r2', e)])}" for e in episodes)

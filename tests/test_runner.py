@@ -1348,6 +1348,30 @@ def test_a_table_over_seeds_keeps_its_columns_aligned(capsys):
         assert all(line[k * width + width - 1] == " " for k in range(columns - 1)), line
 
 
+@pytest.mark.parametrize("seeds", [1, 2, 4])
+def test_the_probe_table_keeps_its_columns_aligned(seeds):
+    """The probe's cells ("-1.15 [no CI: 2 seeds]") overflowed the main table's 15 and
+    21-character columns with 1 to 3 seeds."""
+    from metarl.tensorboard import probe_tag
+
+    def v(x):
+        return x if seeds == 1 else [x + 0.01 * i for i in range(seeds)]
+
+    probe = {
+        probe_tag(s, w): v(-1.15 if w == "r2" else 12.5)
+        for s in ("train", "interpolation")
+        for w in ("r2", "rmse")
+    }
+    row = {"segment": 1, "env_steps": 256, "seeds": list(range(seeds)), "probe": probe}
+    header, *lines = experiment._probe_lines([row])[1:]
+    assert len(lines) == 2 and "-1.15" in lines[0]
+    width = (len(header) + 1) // 5  # label, segment, env steps and the two splits
+    for line in (header, *lines):  # every column right-aligned, ending at its place
+        assert len(line) == len(header), line
+        assert all(line[k * width + width - 2] != " " for k in range(1, 5)), line
+        assert all(line[k * width + width - 1] == " " for k in range(4)), line
+
+
 def test_load_run_reads_back_the_policies_a_run_trained_and_started_from(exp, compiled, tmp_path):
     rows = _run(exp, compiled, tmp_path, 2)
     loaded = experiment.load_run(exp, logdir=tmp_path, seed=0, compiled=compiled)
