@@ -318,6 +318,41 @@ def test_mass_scales_inertia_and_derived_quantities():
     np.testing.assert_allclose(sys.link.invweight, model.body_invweight0[1:, 0], rtol=1e-5)
 
 
+def test_a_raw_path_into_braxs_copy_of_the_model_derives_the_inverse_weights():
+    """On generalized a raw path into Brax's copy of a mass, an inertia or the pose
+    (`link.inertia.mass`, `link.transform.pos`, ...) left the inverse weights Brax
+    derived at load as they were: they are derived from the copy, as from the quantity
+    that writes the same (`mass`) and as MJX derives them from MuJoCo's own field. A raw
+    path into the weights next to a context that derives them, and into a copy of the
+    pose no MuJoCo field holds, are refused."""
+    from brax import envs as brax_envs
+
+    def derived(space, backend):
+        binding = _bind(space, backend, brax_envs.get_environment("hopper", backend=backend).sys)
+        sys = binding.apply(binding.sample(jax.random.key(0)))
+        return {f: np.asarray(getattr(sys, f)) for f in ("body_invweight0", "dof_invweight0")}
+
+    twice = C.Fixed(2.0, relative=True)
+    raw = derived({"link.inertia.mass": twice, "link.inertia.i": twice}, "generalized")
+    canonical = derived({"mass": twice}, "generalized")
+    loaded = derived({"gravity": C.Fixed(9.81)}, "generalized")
+    for f in raw:
+        np.testing.assert_allclose(raw[f], canonical[f], rtol=1e-6, err_msg=f)
+        assert not np.allclose(raw[f], loaded[f]), f  # (they stayed these)
+    longer = C.Fixed(1.2, relative=True)
+    brax_pose = derived({"link.transform.pos": longer}, "generalized")
+    mujoco_pose = derived({"body_pos[1:]": longer}, "mjx")
+    for f in brax_pose:
+        np.testing.assert_allclose(brax_pose[f], mujoco_pose[f], rtol=1e-5, err_msg=f)
+        assert not np.allclose(brax_pose[f], loaded[f]), f
+    hopper = brax_envs.get_environment("hopper").sys
+    with pytest.raises(ValueError, match=r"dof.invweight is derived .*\(here among 'armature'\)"):
+        _bind({"dof.invweight": twice, "armature": C.Scale(0.5, 2.0)}, sys=hopper)
+    _bind({"dof.invweight": twice}, sys=hopper)  # alone: nothing derives it
+    with pytest.raises(ValueError, match=r"no MuJoCo field holds link.joint.pos .* backend='mjx'"):
+        _bind({"link.joint.pos": twice}, sys=hopper)
+
+
 def test_the_inverse_weights_basis_is_computed_when_bound_not_in_the_first_trace():
     """`bind` computes what the inverse weights need of the default model (one program,
     which the persistent cache keeps): a reset traced later compiles nothing. Asked for

@@ -17,7 +17,7 @@ from conftest import load_script
 
 from metarl import contexts as C
 from metarl.contexts import paths, reads
-from metarl.contexts.quantities import QUANTITIES
+from metarl.contexts.quantities import BRAX_POSE_UNTWINNED, QUANTITIES
 from metarl.contexts.space import _written
 from metarl.envs import make_contextual
 
@@ -60,7 +60,9 @@ def _canonical_entries(backend, env_sys):
 
 def _raw_sample(backend, env_sys, canonical):
     """A few raw paths the table marks read by hopper on `backend`, none of which
-    writes a field a canonical entry writes (the binding refuses such overlaps)."""
+    writes a field a canonical entry writes (the binding refuses such overlaps), nor,
+    on generalized, a copy of the pose whose inverse weights it cannot derive
+    (`BRAX_POSE_UNTWINNED`, refused)."""
     row = reads.table()["backends"][backend]
     hopper_reads = [f for f in row["read"] if f not in row["not_read_by"].get(ENV, [])]
     written = set()
@@ -69,6 +71,8 @@ def _raw_sample(backend, env_sys, canonical):
     out = []
     for field in hopper_reads:
         if "[" in field or field in written:
+            continue
+        if backend == "generalized" and field in BRAX_POSE_UNTWINNED:
             continue
         leaf = np.asarray(paths.parse(field).read(env_sys))
         if leaf.size and np.any(leaf != 0):

@@ -251,6 +251,60 @@ SETCONST_INPUT = {
     "actuator_gain": "actuator_gear",
 }
 _MUSCLE_GAIN, _MUSCLE_BIAS = int(mujoco.mjtGain.mjGAIN_MUSCLE), int(mujoco.mjtBias.mjBIAS_MUSCLE)
+# Brax's generalized backend reads its own copies of MuJoCo's fields (`link.*`, `dof.*`,
+# `init_q`), which Brax loaded from these (its links are bodies 1..; `link.inertia.i` is
+# diag(body_inertia) in the body's inertial frame). A raw path into a copy is mirrored into
+# the field it came from, which `setconst` reads: until 2026-12-07 the inverse weights
+# stayed the loaded model's (hopper with raw `link.inertia.mass` and `link.inertia.i` x2:
+# link.invweight 2x off, the trajectory 0.04 apart in 300 steps).
+BRAX_TWINS = {
+    "link.inertia.mass": "body_mass",
+    "link.inertia.i": "body_inertia",
+    "link.inertia.transform.pos": "body_ipos",
+    "link.inertia.transform.rot": "body_iquat",
+    "link.transform.pos": "body_pos",
+    "link.transform.rot": "body_quat",
+    "dof.armature": "dof_armature",
+    "init_q": "qpos0",
+}
+# Brax's copies of the pose that no MuJoCo field holds one to one (a link's joint frame;
+# the dofs' motion axes, which MuJoCo's joint axes give per joint type)
+BRAX_POSE_UNTWINNED = ("link.joint.pos", "link.joint.rot", "dof.motion.ang", "dof.motion.vel")
+# What each group of `SETCONST` computes (with Brax's copies): a raw path into one of them
+# would be overwritten wherever the group is derived
+SETCONST_OUTPUT = {
+    "weights": (
+        "body_invweight0",
+        "dof_invweight0",
+        "tendon_invweight0",
+        "link.invweight",
+        "dof.invweight",
+    ),
+    "acc0": ("actuator_acc0",),
+}
+
+
+def mirror_brax_copies(sys, fields: set[str]):
+    """`sys` (generalized) with each Brax copy in `fields` (`BRAX_TWINS`) written into
+    the MuJoCo field it was loaded from, which `setconst` reads."""
+    copies = {
+        "body_mass": lambda: sys.body_mass.at[1:].set(sys.link.inertia.mass),
+        "body_inertia": lambda: sys.body_inertia.at[1:].set(
+            jnp.diagonal(sys.link.inertia.i, axis1=-2, axis2=-1)
+        ),
+        "body_ipos": lambda: sys.body_ipos.at[1:].set(sys.link.inertia.transform.pos),
+        "body_iquat": lambda: sys.body_iquat.at[1:].set(sys.link.inertia.transform.rot),
+        "body_pos": lambda: sys.body_pos.at[1:].set(sys.link.transform.pos),
+        "body_quat": lambda: sys.body_quat.at[1:].set(sys.link.transform.rot),
+        "dof_armature": lambda: sys.dof.armature,
+        "qpos0": lambda: sys.init_q,
+    }
+    twins = [BRAX_TWINS[f] for f in sorted(fields) if f in BRAX_TWINS]
+    if not twins:
+        return sys
+    return sys.tree_replace(
+        {t: jnp.asarray(copies[t]()).astype(getattr(sys, t).dtype) for t in twins}
+    )
 
 
 def setconst_groups(sys, backend: str, written: set[str]) -> tuple[str, ...]:

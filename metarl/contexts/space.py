@@ -36,11 +36,15 @@ from metarl.contexts import names as element_names
 from metarl.contexts import paths, reads
 from metarl.contexts.distributions import Choice, Distribution, Fixed, Normal
 from metarl.contexts.quantities import (
+    BRAX_POSE_UNTWINNED,
+    BRAX_TWINS,
     LINEAR_INPUTS,
     NOT_LINEAR,
     QUANTITIES,
     SETCONST_INPUT,
+    SETCONST_OUTPUT,
     Quantity,
+    mirror_brax_copies,
     setconst,
     setconst_basis,
     setconst_groups,
@@ -542,7 +546,7 @@ class Binding:
         only to `LINEAR_INPUTS`), else None: MJX's kinematics at every call."""
         for e in self.entries:
             if isinstance(e.target, paths.RawPath):
-                if e.target.field not in LINEAR_INPUTS:
+                if self._setconst_field(e.target.field) not in LINEAR_INPUTS:
                     return None
             elif any(e.target is QUANTITIES[name] for name in NOT_LINEAR):
                 return None
@@ -554,17 +558,30 @@ class Binding:
         written = set()
         for e in self.entries:
             if isinstance(e.target, paths.RawPath):
-                written.add(e.target.field)
+                written.add(self._setconst_field(e.target.field))
             for name, field in SETCONST_INPUT.items():
                 if e.target is QUANTITIES[name]:
                     written.add(field)
         return setconst_groups(self.sys, self.backend, written)
 
+    def _setconst_field(self, field: str) -> str:
+        """The field `setconst` reads for a raw path's: on generalized, a Brax copy's
+        MuJoCo field (`BRAX_TWINS`, which `_write` mirrors it into)."""
+        return BRAX_TWINS.get(field, field) if self.backend == "generalized" else field
+
+    @functools.cached_property
+    def _mirrored(self) -> set[str]:
+        """The Brax copies (`BRAX_TWINS`) raw entries write on generalized."""
+        if self.backend != "generalized":
+            return set()
+        raw = {e.target.field for e in self.entries if isinstance(e.target, paths.RawPath)}
+        return raw & set(BRAX_TWINS)
+
     def _write(self, context: Context) -> System:
         sys = self.sys
         for e in self.entries:
             sys = e.write(sys, context[e.name])
-        return sys
+        return mirror_brax_copies(sys, self._mirrored) if self._mirrored else sys
 
     @property
     def task_defaults(self) -> dict[str, Any]:
@@ -1125,6 +1142,34 @@ def _written(e: _Entry, sys: System) -> dict[str, np.ndarray]:
     return out
 
 
+def _check_derived(binding: Binding) -> None:
+    """Refuses a raw path whose field the binding derives (`SETCONST_OUTPUT`: the other
+    contexts' inverse weights would overwrite its draw, until 2026-12-07 silently), and,
+    on generalized, a raw path into a Brax copy of the pose no MuJoCo field holds
+    (`BRAX_POSE_UNTWINNED`: the inverse weights would stay the loaded model's)."""
+    raw = [e for e in binding.entries if isinstance(e.target, paths.RawPath)]
+    groups = binding.derives
+    for e in raw:
+        field = e.target.field
+        for group in groups:
+            if field in SETCONST_OUTPUT[group]:
+                others = [x.name for x in binding.entries if x is not e]
+                raise ValueError(
+                    f"context {e.name!r}: {field} is derived from the model (MuJoCo's "
+                    "mj_setConst) where a context changes the masses, inertias, pose or "
+                    f"armatures (here among {', '.join(map(repr, others))}), so its draw "
+                    "would be overwritten: vary it in a space without those, or leave it out"
+                )
+        if binding.backend == "generalized" and field in BRAX_POSE_UNTWINNED:
+            raise ValueError(
+                f"context {e.name!r}: Brax derived the constraint solver's inverse weights "
+                f"(link.invweight, dof.invweight) from the model's pose at load, and no "
+                f"MuJoCo field holds {field} one to one, so they would stay the loaded "
+                "model's; vary jnt_pos or jnt_axis on backend='mjx', where metarl derives "
+                "them"
+            )
+
+
 def _check_overlaps(entries: list[_Entry], sys: System) -> None:
     """A raw path that writes the same elements of a System field as another name
     would fight with it (one overwrites the other): refuse, as for one canonical
@@ -1229,6 +1274,7 @@ def bind(
     if len(entries) > 1:
         _check_overlaps(entries, sys)
     binding = Binding(space=space, backend=backend, sys=sys, entries=tuple(entries), task=task)
+    _check_derived(binding)
     # Computed here, where no trace is open: first asked for inside a reset's trace,
     # it folded each of MJX's constants in a program of its own (about 145 small
     # compiles, 3.5 s for hopper on 2 CPU cores) before compiling its own.
