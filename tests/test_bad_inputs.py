@@ -299,6 +299,8 @@ ROWS = [
     # -- contexts --
     ("unknown name", bind({"gravitee": C.Uniform(1.0, 2.0)}), ValueError, "unknown context name"),
     ("low > high", lambda: C.Uniform(2.0, 1.0), ValueError, "low <= high"),
+    # finite bounds, but every draw low + u (high - low) was inf
+    ("uniform span", lambda: C.Uniform(-2e38, 2e38), ValueError, "high - low overflows float32"),
     ("negative std", lambda: C.Normal(1.0, -1.0), ValueError, "std"),
     ("probs sum", lambda: C.Choice([1.0, 2.0], [0.5, 0.6]), ValueError, "sum to 1"),
     ("shapes", lambda: C.Uniform([1.0, 2.0], [2.0, 3.0, 4.0]), ValueError, "do not broadcast"),

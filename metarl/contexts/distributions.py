@@ -257,8 +257,17 @@ class Uniform(Distribution):
     _numeric: ClassVar = ("low", "high")
 
     def _check(self):
-        if np.any(np.asarray(self.low) > np.asarray(self.high)):
+        low, high = np.asarray(self.low, np.float32), np.asarray(self.high, np.float32)
+        if np.any(low > high):
             raise ValueError(f"Uniform needs low <= high, got low={self.low}, high={self.high}")
+        with np.errstate(over="ignore"):
+            span = high - low
+        if not np.all(np.isfinite(span)):
+            raise ValueError(
+                f"Uniform(low={self.low}, high={self.high}): high - low overflows float32 "
+                "(draws are low + u * (high - low): every one would be inf); keep the width "
+                f"below {float(np.finfo(np.float32).max):.3g}"
+            )
 
     def sample(self, key, shape=()):
         return jax.random.uniform(key, shape, minval=self.low, maxval=self.high)
