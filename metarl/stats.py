@@ -145,14 +145,25 @@ def summarize(scores, *, reps: int = 2000, confidence: float = 0.95, seed: int =
     return Summary(float(x.mean()), point, low, high, n, dropped)
 
 
+def _number(x: float, digits: int, sign: str = "") -> str:
+    """`x` with `digits` decimals; a nonzero `x` that would read 0 (or -0) keeps its
+    first significant digit instead: whether an interval holds 0 is what a reader
+    takes from it, and "-5 [-9, 0]" or "[-12, -0]" cannot say."""
+    x = x + 0.0  # -0.0 reads 0
+    text = f"{x:{sign}.{digits}f}"
+    if x != 0 and np.isfinite(x) and float(text) == 0:
+        text = f"{x:{sign}.1g}"
+    return text
+
+
 def format_iqm(summary: Summary, digits: int = 0) -> str:
     """``"IQM [low, high]"`` with `digits` decimals (``"IQM [no CI: 3 seeds]"`` below
     `MIN_SEEDS_FOR_CI`); ``" (2 of 5 non-finite)"`` appended when seeds were dropped for a
-    non-finite score."""
-    f = f"{{:.{digits}f}}"
-    text = f.format(summary.iqm)
+    non-finite score. A nonzero value that would read 0 keeps its first significant digit
+    (`_number`)."""
+    text = _number(summary.iqm, digits)
     if summary.n >= MIN_SEEDS_FOR_CI:
-        text += f" [{f.format(summary.ci_low)}, {f.format(summary.ci_high)}]"
+        text += f" [{_number(summary.ci_low, digits)}, {_number(summary.ci_high, digits)}]"
     elif summary.n > 0:
         text += f" [no CI: {summary.n} seed{'s' if summary.n > 1 else ''}]"
     if summary.dropped:
@@ -216,17 +227,6 @@ def difference(a, b, *, paired: bool = False, confidence: float = 0.95) -> Diffe
         df = var**2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1)) if var > 0 else 1.0
     half = float(scipy_stats.t.ppf(0.5 + confidence / 2, df)) * np.sqrt(var)
     return Difference(point, point - half, point + half, x.size, y.size, paired, dropped)
-
-
-def _number(x: float, digits: int, sign: str = "") -> str:
-    """`x` with `digits` decimals; a nonzero `x` that would read 0 (or -0) keeps its
-    first significant digit instead: whether an interval holds 0 is what a reader
-    takes from it, and "-5 [-9, 0]" or "[-12, -0]" cannot say."""
-    x = x + 0.0  # -0.0 reads 0
-    text = f"{x:{sign}.{digits}f}"
-    if x != 0 and np.isfinite(x) and float(text) == 0:
-        text = f"{x:{sign}.1g}"
-    return text
 
 
 def format_difference(d: Difference, digits: int = 0) -> str:

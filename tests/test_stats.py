@@ -114,6 +114,9 @@ def test_a_bound_next_to_zero_says_on_which_side_of_zero_it_lies():
     assert text(-5.0, -9.0, 0.0) == "-5 [-9, 0]" == text(-5.0, -9.0, -0.0)  # 0 itself
     assert text(1.0, 0.001, 2.0, digits=2) == "+1.00 [0.001, 2.00]"
     assert text(0.6, -1.2, 2.4) == "+1 [-1, 2]"  # nothing near 0: as before
+    # an IQM too ("-0 [-1, -0]" for a puck's returns over seeds)
+    small = stats.Summary(-0.3, -0.3, -0.6, -0.1, 5, 0)
+    assert stats.format_iqm(small) == "-0.3 [-1, -0.1]"
 
 
 def test_difference_is_welchs_t_interval_and_holds_its_level_at_three_seeds():
