@@ -45,9 +45,26 @@ from metarl import probe as P
 
 @dataclasses.dataclass(frozen=True)
 class Config(rl2.Config):
+    """The run's flags (copy them from its command line) and the probe's own. --resume
+    and --keep-checkpoints are the run's and change nothing here; --agents must hold
+    the variants read."""
+
+    segments: int = 4  # the segment whose checkpoint is read (the run's last: its --segments)
     fit_contexts: int = 32  # contexts drawn from the training ranges to fit each probe on
     fit_trials: int = 2  # trials per fit context
     ridge: float = 1.0  # the probe's penalty on standardized memory units
+
+
+def check_agents(cfg: rl2.Config, reads: tuple[str, ...], script: str) -> None:
+    """Refuses an --agents without the variants `script` reads (it reads them whatever
+    the flag says: a user's --agents mlp was silently ignored)."""
+    if missing := [a for a in reads if a not in cfg.agents]:
+        dirs = ", ".join(f"<logdir>/{a}/" for a in reads)
+        raise SystemExit(
+            f"{script} reads the run's {' and '.join(reads)} ({dirs}); "
+            f"--agents {' '.join(cfg.agents)} leaves out {', '.join(missing)}: pass the "
+            "run's --agents, or leave it out"
+        )
 
 
 def keys(seed: int) -> tuple[jax.Array, jax.Array]:
@@ -83,6 +100,7 @@ def _iqm(scores: np.ndarray) -> str:
 
 
 def main(cfg: Config) -> dict:
+    check_agents(cfg, ("gru",), "probe_memory")
     gru = rl2.variants(dataclasses.replace(cfg, agents=("gru",)))["gru"]
     logdir = pathlib.Path(cfg.logdir)
     loaded = experiment.load_run(  # the segment `--segments` names (the run's last)

@@ -16,6 +16,7 @@ import numpy as np
 import tyro
 
 from metarl import contexts as C
+from metarl.agents.ppo.config import check_seeds
 from metarl.envs import CONTEXT, TRIAL, make_contextual
 
 
@@ -28,6 +29,7 @@ class Config:
     episodes_shown: int = 3  # finished episodes listed per env
 
     def __post_init__(self):
+        check_seeds(self.seed, 1, "--seed")  # key(2**32) is key(0): another seed's draws
         for name, least in (("num_envs", 1), ("steps", 1), ("episodes_shown", 0)):
             if getattr(self, name) < least:
                 raise ValueError(

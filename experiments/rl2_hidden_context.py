@@ -93,6 +93,26 @@ def variants(cfg: Config) -> dict[str, experiment.Experiment]:
     if unknown or not cfg.agents:
         raise SystemExit(f"--agents: {unknown or 'none given'}; choose among {list(agents)}")
     agents = {name: agents[name] for name in cfg.agents}
+    if "gru" not in agents:  # the memoryless variants set these back: refused, not ignored
+        default = Config()
+        gru_only = [
+            flag
+            for flag, given, kept in (
+                (
+                    "--ppo.reset-every-episode",
+                    gru.reset_every_episode,
+                    default.ppo.reset_every_episode,
+                ),
+                ("--ppo.hidden-size", gru.hidden_size, default.ppo.hidden_size),
+                ("--eval.probe", cfg.eval.probe, default.eval.probe),
+            )
+            if given != kept
+        ]
+        if gru_only:
+            raise SystemExit(
+                f"{', '.join(gru_only)} set the gru's config alone, and --agents "
+                f"{' '.join(cfg.agents)} runs no gru: add gru to --agents, or leave them out"
+            )
     return {
         name: experiment.Experiment(
             env=e,

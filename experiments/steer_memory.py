@@ -156,6 +156,7 @@ def _print(per_seed: list[dict], k: int) -> None:
 
 
 def main(cfg: Config) -> dict:
+    pm.check_agents(cfg, ("gru", "oracle"), "steer_memory")
     exps = rl2.variants(dataclasses.replace(cfg, agents=("gru", "oracle")))
     logdir = pathlib.Path(cfg.logdir)
     # the segment `--segments` names (the run's last); both runs checked before either loads

@@ -148,6 +148,17 @@ def test_rl2_hidden_context_takes_its_flags_for_the_variant_they_fit():
     assert (alone.ppo, alone.eval) == (variants["gru"].ppo, variants["gru"].eval)
     with pytest.raises(SystemExit, match=r"--agents: \['lstm'\]; choose among"):
         rl2.variants(tyro.cli(rl2.Config, args=["--agents", "gru", "lstm"]))
+    # the gru's own flags without a gru to run: refused (the memoryless variants set
+    # them back, and the run was the same, silently)
+    for flag in (["--ppo.hidden-size", "16"], ["--ppo.reset-every-episode"], ["--eval.probe", "8"]):
+        with pytest.raises(SystemExit, match=f"{flag[0]} set the gru's config alone"):
+            rl2.variants(tyro.cli(rl2.Config, args=["--agents", "mlp", "oracle", *flag]))
+    # the analysis scripts read the gru (and the oracle) whatever --agents says: refused
+    probe_memory, steer_memory = _script("probe_memory"), _script("steer_memory")
+    with pytest.raises(SystemExit, match=r"--agents mlp leaves out gru"):
+        probe_memory.main(tyro.cli(probe_memory.Config, args=["--agents", "mlp"]))
+    with pytest.raises(SystemExit, match=r"reads the run's gru and oracle .* leaves out oracle"):
+        steer_memory.main(tyro.cli(steer_memory.Config, args=["--agents", "gru"]))
     # The oracle: the mlp's config on the same task, observing the motor gain it is
     # drawn with (the last observation entry), which the other two never see.
     oracle = variants["oracle"]
@@ -179,6 +190,9 @@ def test_random_contexts_lists_each_episode_with_the_context_it_ran_in(capsys):
     for field, value in (("episodes_shown", -1), ("num_envs", 0), ("steps", 0)):
         with pytest.raises(ValueError, match=f"--{field.replace('_', '-')} must be >="):
             random_contexts.Config(**{field: value})
+    # seed 2**32 printed seed 0's table (jax.random.key keeps 32 bits)
+    with pytest.raises(ValueError, match=r"--seed: seed 4294967296 outside 0\.\.4294967295"):
+        random_contexts.Config(seed=2**32)
 
 
 def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
