@@ -622,12 +622,23 @@ def test_check_env_refuses_contexts_that_move_only_derived_quantities():
     derived fields (the post's inertia in world frame) but no motion: check_env
     compared every pipeline_state leaf and passed it. The canonical `mass[post]` is
     now refused when the env is built (no joint moves the post); the raw field, which
-    writes exactly what it names, is left to check_env."""
-    name = "body_mass[1]"
-    robot = MjcfEnv(STATIC_XML, observe=_observe, reward=_reward, n_frames=2)
-    env = make_contextual(robot, C.ContextSpace({name: C.Scale(0.5, 2.0)}), episode_length=5)
-    with pytest.raises(ContractError, match=rf"context '{re.escape(name)}' changes nothing"):
+    writes exactly what it names, is left to check_env. An env that observes the
+    model's centre of mass (which the post's mass moves) passed it too: a change in
+    what the env observes or rewards alone is now refused by a message of its own."""
+
+    def observe(data, task):  # the whole model's centre of mass too
+        return jnp.concatenate([_observe(data, task), data.subtree_com[0]])
+
+    robot = MjcfEnv(STATIC_XML, observe=observe, reward=_reward, n_frames=2)
+    space = C.ContextSpace(
+        {"body_mass[1]": C.Scale(0.5, 2.0), "body_inertia[1]": C.Scale(0.5, 2.0)}
+    )
+    env = make_contextual(robot, space, episode_length=5)
+    with pytest.raises(ContractError) as refused:
         check_env(env, num_envs=4, max_steps=12)
+    message = str(refused.value)
+    assert "context 'body_mass[1]' changes only what the env observes or rewards" in message
+    assert "context 'body_inertia[1]' changes nothing a step simulates" in message
     with pytest.raises(ValueError, match="bodies post would not change: it is welded"):
         make_contextual(robot, C.ContextSpace({"mass[post]": C.Scale(0.5, 2.0)}))
 

@@ -160,9 +160,10 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
       in the pinned context is stepped once more with the same action and the name
       moved (in `state.info[CONTEXT]`, with what `Binding.derive` derives from it in
       `state.info[DERIVED]`: from those two the step rebuilds the System), and
-      the dynamical state where neither step ended an episode, the step's own
-      observation (before any auto-reset), its reward or its end must differ from
-      that same shadow step without the move. An env whose reset reads the context
+      the dynamical state where neither step ended an episode, or its end, must
+      differ from that same shadow step without the move (its observation or reward
+      alone is refused by a message of its own: a quantity the env derives from the
+      model and observes, which the simulation ignores). An env whose reset reads the context
       (to settle the robot, to observe it) but whose step simulates a model it
       cached must not pass.
 
@@ -217,15 +218,16 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
             continue
         ended, dynamics, *rest = to_numpy(run(base, _moved(env, name, far))[-1])
         simulated = ~(ended | ended0)  # [T, B]: a step that ended returns a reset's physics
-        if (
-            not np.array_equal(ended, ended0)
-            or differ(
-                [x[simulated] for x in jax.tree.leaves(dynamics0)],
-                [x[simulated] for x in jax.tree.leaves(dynamics)],
-            )
-            or differ(jax.tree.leaves(rest0), jax.tree.leaves(rest))
+        if not np.array_equal(ended, ended0) or differ(
+            [x[simulated] for x in jax.tree.leaves(dynamics0)],
+            [x[simulated] for x in jax.tree.leaves(dynamics)],
         ):
             continue
+        # the same motion: a change in the step's observation or reward alone is the env
+        # reading a quantity derived from the model (a welded body's mass in the centre
+        # of mass it observes), not a context the physics simulates (until 2026-12-07
+        # that passed)
+        observed = differ(jax.tree.leaves(rest0), jax.tree.leaves(rest))
         seen = ""
         if name in contact and touching is not None:  # were there contacts to act on?
             touched = int(touching[simulated][:, contact[name]].any(axis=-1).sum())
@@ -239,6 +241,15 @@ def _check_contexts_reach_the_simulation(env: ContextualEnv, run) -> int:
                 )
                 continue
             seen = f" ({touched} of them with a contact of its geoms active)"
+        if observed:
+            failures.append(
+                f"context {name!r} changes only what the env observes or rewards, not the "
+                f"motion: {values}, one step from the same {ended.size} states{seen} with the "
+                "same actions gave the same physics (qpos, qvel, act, mocap; Brax's q, qd, x, "
+                "xd) and ends; the env reads a quantity derived from it (a welded body's mass "
+                "in a centre of mass, an inertia in world frame) that the simulation ignores"
+            )
+            continue
         failures.append(
             f"context {name!r} changes nothing a step simulates: {values}, one step from the "
             f"same {ended.size} states{seen} with the same actions gave the same physics, "
