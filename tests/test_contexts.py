@@ -327,8 +327,10 @@ def test_a_raw_path_into_braxs_copy_of_the_model_derives_the_inverse_weights():
     pose no MuJoCo field holds, are refused."""
     from brax import envs as brax_envs
 
+    hopper = {b: brax_envs.get_environment("hopper", backend=b).sys for b in ("generalized", "mjx")}
+
     def derived(space, backend):
-        binding = _bind(space, backend, brax_envs.get_environment("hopper", backend=backend).sys)
+        binding = _bind(space, backend, hopper[backend])
         sys = binding.apply(binding.sample(jax.random.key(0)))
         return {f: np.asarray(getattr(sys, f)) for f in ("body_invweight0", "dof_invweight0")}
 
@@ -345,7 +347,7 @@ def test_a_raw_path_into_braxs_copy_of_the_model_derives_the_inverse_weights():
     for f in brax_pose:
         np.testing.assert_allclose(brax_pose[f], mujoco_pose[f], rtol=1e-5, err_msg=f)
         assert not np.allclose(brax_pose[f], loaded[f]), f
-    hopper = brax_envs.get_environment("hopper").sys
+    hopper = hopper["generalized"]
     with pytest.raises(ValueError, match=r"dof.invweight is derived .*\(here among 'armature'\)"):
         _bind({"dof.invweight": twice, "armature": C.Scale(0.5, 2.0)}, sys=hopper)
     _bind({"dof.invweight": twice}, sys=hopper)  # alone: nothing derives it

@@ -644,7 +644,8 @@ def test_check_env_refuses_contexts_that_move_only_derived_quantities():
 
 
 # A ball pushed along x at a height (HEIGHT) above a floor: at 0.5 it never touches
-# it, at 0.099 (radius 0.1) it slides on it. A sled rests on the floor throughout.
+# it, at 0.099 (radius 0.1) it slides on it. A sled rests on the floor throughout; a
+# drone (geom 3) hovers at 0.5 throughout.
 HOVER_XML = """
 <mujoco>
   <option timestep="0.01"/>
@@ -658,6 +659,10 @@ HOVER_XML = """
       <joint name="sled_x" type="slide" axis="1 0 0"/>
       <geom name="sled" type="box" size=".1 .1 .1" mass="1"/>
     </body>
+    <body name="drone" pos="-2 0 .5">
+      <joint name="drone_x" type="slide" axis="1 0 0"/>
+      <geom name="drone" type="sphere" size=".1" mass="1"/>
+    </body>
   </worldbody>
   <actuator><motor joint="x" gear="5" ctrlrange="-1 1"/></actuator>
 </mujoco>"""
@@ -669,25 +674,26 @@ def test_check_env_says_a_contact_context_was_never_exercised_where_nothing_touc
     reaches its cup, under other contexts) was reported as a step that ignores the
     friction, though the sled's contact with the floor is active throughout; it is
     now reported as a context never exercised, and the same ball on the floor passes.
-    A quantity and a raw path alike (check_env finds their geoms apart: had it taken
-    the sled's, it would have said the friction changes nothing). The ball on the
-    floor with the quantity alone, which writes the raw path's field, and the sled's
+    A quantity (the ball's) and a raw path (the drone's) alike, in one check (check_env
+    finds their geoms apart: had it taken the sled's, it would have said the friction
+    changes nothing). The ball on the floor with the quantity alone and the sled's
     mass: an MJCF env passes the whole contract, trials of 2 episodes ending (each
     check compiles a rollout, about 8 s)."""
-    names = ["friction[ball]", "geom_friction[1, 0]"]
+    names = ["friction[ball]", "geom_friction[3, 0]"]
 
     def env(height, varied):
         ball = MjcfEnv(HOVER_XML.replace("HEIGHT", height), observe=_observe, reward=_reward)
         space = C.ContextSpace({name: C.Scale(0.5, 2.0) for name in varied})
         return make_contextual(ball, space, episode_length=5, episodes_per_trial=2)
 
+    with pytest.raises(ContractError) as refused:
+        check_env(env("0.5", names), num_envs=4, max_steps=12)
     for name in names:
-        with pytest.raises(
-            ContractError,
-            match=rf"'{re.escape(name)}' was never exercised: .* in "
+        assert re.search(
+            rf"'{re.escape(name)}' was never exercised: .* in "
             r"none of the \d+ states stepped was a contact of its geoms active",
-        ):
-            check_env(env("0.5", [name]), num_envs=4, max_steps=12)
+            str(refused.value),
+        ), str(refused.value)
     report = check_env(env("0.099", [names[0], "mass[sled]"]), num_envs=4, max_steps=12)
     assert report["contexts_reaching"] == 2 and report["trials_ended"] > 0
 
