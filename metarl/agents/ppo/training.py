@@ -123,11 +123,10 @@ MAX_CALL_STEPS = 2**30
 def add_totals(total: dict | None, more: dict) -> dict:
     """`total` + `more`, two calls' totals (`IterationStats.totals`), on the host in 64
     bits: int64 counts, float64 sums."""
+    wide = {k: np.asarray(v) for k, v in more.items()}
     wide = {
-        k: np.asarray(v).astype(
-            np.int64 if np.issubdtype(np.asarray(v).dtype, np.integer) else np.float64
-        )
-        for k, v in more.items()
+        k: v.astype(np.int64 if np.issubdtype(v.dtype, np.integer) else np.float64)
+        for k, v in wide.items()
     }
     return wide if total is None else {k: total[k] + wide[k] for k in wide}
 
@@ -554,9 +553,10 @@ def run_train(
             training_state, env_state, acc = space.iterate(
                 training_state, env_state, jnp.int32(size)
             )
-            sums = acc if sums is None else jax.tree.map(jnp.add, sums, acc)
-            chunk_totals = parallel.fetch(acc.totals)
+            chunk_totals = parallel.fetch(acc.totals)  # added on the host, in 64 bits
             totals = add_totals(totals, chunk_totals)
+            acc = acc.replace(totals={})  # the losses and per-env sums: on the device
+            sums = acc if sums is None else jax.tree.map(jnp.add, sums, acc)
             start_step, done = done, done + size
             bad = np.asarray(chunk_totals["nonfinite_learner"])
             if np.any(bad):
@@ -568,8 +568,7 @@ def run_train(
                 )
             if progress is not None:
                 progress(done * batch, total * batch)
-        sums = parallel.fetch(sums)  # per_env spans every host's devices
-        sums = sums.replace(totals=totals)  # the counts summed in 64 bits
+        sums = parallel.fetch(sums).replace(totals=totals)  # per_env: every host's devices
     timing = (time.perf_counter() - start, compiles.seconds)  # (wall, compiling)
     stock = env_state.env.info.get(POOL)
     if isinstance(stock, ResetStock) and np.any(parallel.fetch(stock.overrun)):
