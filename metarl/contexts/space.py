@@ -54,6 +54,11 @@ from metarl.contexts.quantities import (
 
 Context = dict[str, jax.Array]
 
+# A key of `bind`'s `stale`: the reason a source refuses raw paths into the pose
+# (`body_pos`, `body_quat`) of its mocap bodies, which MuJoCo reads only where it
+# makes the data (a mocap body's pose is `data.mocap_pos` and `mocap_quat` after that).
+MOCAP_POSE = "(the pose of a mocap body)"
+
 
 class ContextSpace(Mapping):
     """An ordered mapping {name: Distribution}.
@@ -803,6 +808,13 @@ def _resolve(
         raise _unknown(name, "not a canonical quantity, a task parameter nor a System path", task)
     if raw.field in stale:
         raise ValueError(f"raw path {name!r} is refused for this env: {stale[raw.field]}")
+    if MOCAP_POSE in stale and raw.field in ("body_pos", "body_quat"):
+        mocap = [r for r in _rows(raw, sys) or () if np.asarray(sys.body_mocapid)[r] >= 0]
+        if mocap:
+            raise ValueError(
+                f"raw path {name!r} is refused for this env: bodies {mocap} are mocap bodies, "
+                f"{stale[MOCAP_POSE]}; select the other rows"
+            )
     # The table was measured on Brax's own envs, through a Brax System. MJX reads some
     # fields only where a model loads them nonzero (frictionloss, an actuator's bias):
     # a plain mjx.Model (an MJCF, Playground) is left to `check_env`.
@@ -849,18 +861,24 @@ def _check_fluid(entries: list, sys: System) -> None:
         )
 
 
+def _rows(raw: paths.RawPath, sys: System) -> list[int] | None:
+    """The rows (first index) of its field that `raw` selects, or None for an index
+    that `paths.resolve` will refuse with its own message."""
+    shape = np.shape(raw.read(sys))
+    try:
+        rows = np.broadcast_to(np.arange(shape[0]).reshape((-1,) + (1,) * (len(shape) - 1)), shape)
+        return sorted(set(np.ravel(rows[raw.index]).tolist()))
+    except (IndexError, ValueError):
+        return None
+
+
 def _unlimited_joints(raw: paths.RawPath, sys: System, backend: str) -> str | None:
     """Why a raw path into `jnt_range` changes nothing, or None: MJX builds joint
     limits only for joints the model marks limited (jnt_limited, fixed when loaded)."""
     limited = getattr(sys, "jnt_limited", None)
     if backend != "mjx" or limited is None:
         return None
-    shape = np.shape(raw.read(sys))
-    try:
-        rows = np.broadcast_to(np.arange(shape[0])[:, None], shape)[raw.index]
-    except (IndexError, ValueError):  # `paths.resolve` names a bad index
-        return None
-    rows = sorted(set(np.ravel(rows).tolist()))
+    rows = _rows(raw, sys)
     if not rows or np.asarray(limited)[rows].any():
         return None
     return (
@@ -1216,7 +1234,8 @@ def bind(
 
     `sys` is a Brax System or an mjx.Model; `task` the env's own task parameters
     ({name: default}); `stale` maps quantity names and raw fields the env caches at
-    construction (so changing them would go stale) to the reason they are refused.
+    construction (so changing them would go stale) to the reason they are refused, and
+    `MOCAP_POSE` to why the rows of `body_pos` and `body_quat` of mocap bodies are.
     """
     task = dict(task or {})
     stale = dict(stale or {})

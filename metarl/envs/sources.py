@@ -30,6 +30,7 @@ import numpy as np
 from brax.envs.base import PipelineEnv, State
 
 from metarl.contexts import LogUniform
+from metarl.contexts.space import MOCAP_POSE
 
 PLAYGROUND_PREFIX = "playground/"
 
@@ -48,6 +49,17 @@ PLAYGROUND_STALE = {
     "actuator_ctrlrange": "Playground envs read control ranges at construction (action scaling)",
     "jnt_actfrcrange": "Playground envs read joint actuator force ranges at construction "
     "(Apollo's torque limits, which its reward divides torques by)",
+    # What MJX's make_data copies from the model. A Playground reset makes its data from
+    # the host MjModel it was built with (mjx_env.make_data), never from the model metarl
+    # swaps in: a context here reached only the inverse weights metarl derives at qpos0
+    # (BallInCup and HumanoidStand reset at the host's qpos0; FingerSpin's target stayed
+    # at the host's mocap pose).
+    "qpos0": "Playground envs make each reset's data from the MjModel they were built with "
+    "(or draw the pose themselves), so a new qpos0 would never reach the reset pose",
+    "eq_active0": "Playground envs make each reset's data from the MjModel they were built "
+    "with, so a new eq_active0 would never reach the reset",
+    MOCAP_POSE: "whose pose a Playground reset copies from the MjModel it was built with "
+    "(then sets itself, as the reacher's target), never from the model metarl swaps in",
 }
 
 
