@@ -559,11 +559,28 @@ def test_every_field_mj_setconst_reads_is_an_input_of_its_constants():
     tendons, and a muscle for acc0). Fails for a field MuJoCo starts to read."""
     from mujoco import mjx
 
-    from metarl.contexts.quantities import SETCONST
+    from metarl.contexts.quantities import INERTIAL_FIELDS, POSE_FIELDS, SETCONST
 
     outputs = {
         "weights": ("body_invweight0", "dof_invweight0", "tendon_invweight0"),
         "acc0": ("actuator_acc0",),
+    }
+    # The other constants mj_setConst computes that MJX's Model holds, from these inputs
+    # (a field that moves one of them must be listed): how a context keeps each right.
+    others = {
+        # follows body_mass (`mass`; a raw path: quantities.subtree_masses). It stayed
+        # the loaded one under a raw body_mass until 2026-12-07.
+        "body_subtreemass": ("body_mass",),
+        # a tendon equality's reference: raw paths into the pose are refused on a model
+        # with one (space._tendon_equalities)
+        "tendon_length0": ("body_pos", "body_quat", "qpos0", "site_pos"),
+        # the collision bounds: `geom_size` scales them; MJX reads geom_rbound only to
+        # cull geom pairs under a max_geom_pairs numeric, geom_aabb never
+        "geom_rbound": ("geom_size",),
+        "geom_aabb": ("geom_size",),
+        # read by no MJX code (MuJoCo 4.0.1; MJX 3.17.0)
+        "dof_M0": INERTIAL_FIELDS + POSE_FIELDS,
+        "body_margin": ("geom_margin", "geom_gap"),
     }
     mjx_fields = {f.name for f in dataclasses.fields(mjx.Model)}
     rng = np.random.default_rng(0)
@@ -582,6 +599,41 @@ def test_every_field_mj_setconst_reads_is_an_input_of_its_constants():
             for group, names in outputs.items():
                 if any(not np.array_equal(getattr(model, n), getattr(base, n)) for n in names):
                     assert field in SETCONST[group][0], (group, field)
+            for out in sorted(mjx_fields - {field}):
+                value = getattr(model, out, None)
+                if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+                    if not np.array_equal(value, getattr(base, out)):
+                        assert out in outputs["weights"] + outputs["acc0"] + tuple(others), out
+                        assert out not in others or field in others[out], (out, field)
+
+
+@pytest.mark.parametrize("path", ["body_mass[2]", "link.inertia.mass[1]"])
+def test_a_raw_mass_moves_the_subtrees_masses_as_mujoco_computes_them(path):
+    """MJX divides the subtrees' momenta by their masses (the subtreelinvel sensors that
+    Playground's CheetahRun rewards): a raw path into a body's mass left them the loaded
+    model's (CheetahRun's torso x2: its rewarded speed 1.45x off)."""
+    backend = "generalized" if path.startswith("link") else "mjx"
+    binding = _bind({path: C.Fixed(2.0, relative=True)}, backend, mjcf.loads(CHAIN_XML))
+    got = binding.apply({path: jnp.float32(2.0)})
+    model = mujoco.MjModel.from_xml_string(CHAIN_XML)
+    model.body_mass[2] *= 2.0  # link 1 is body 2
+    mujoco.mj_setConst(model, mujoco.MjData(model))
+    np.testing.assert_allclose(got.body_subtreemass, model.body_subtreemass, rtol=1e-6)
+    loaded = binding.apply(binding.default_context())
+    np.testing.assert_array_equal(loaded.body_subtreemass, binding.sys.body_subtreemass)
+
+
+def test_a_raw_pose_is_refused_where_a_tendon_equality_holds_the_loaded_lengths():
+    """MuJoCo computes each tendon's length at qpos0 from the pose (tendon_length0),
+    the reference a tendon equality holds it to; metarl does not recompute it."""
+    xml = CHAIN_XML.replace(
+        "</mujoco>", '<equality><tendon tendon1="cable" polycoef="0 1 0 0 0"/></equality></mujoco>'
+    )
+    for path in ("body_pos[3]", "site_pos[0, 1]", "qpos0[0]", "body_quat[2]"):
+        with pytest.raises(ValueError, match=r"tendon equalities \(tendons \[1\]\)"):
+            _bind({path: C.Scale(0.9, 1.1)}, "mjx", mjcf.loads(xml))
+    _bind({"body_pos[3]": C.Scale(0.9, 1.1)}, "mjx", mjcf.loads(CHAIN_XML))  # none: accepted
+    _bind({"mass": C.Scale(0.9, 1.1)}, "mjx", mjcf.loads(xml))  # the lengths do not move
 
 
 @pytest.mark.parametrize("backend", ["generalized", "mjx"])

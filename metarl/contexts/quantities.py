@@ -284,6 +284,17 @@ SETCONST_OUTPUT = {
 }
 
 
+def subtree_masses(default, sys):
+    """`sys` with `body_subtreemass` following its `body_mass` (what `mj_setConst`
+    computes), as the loaded value plus the subtrees' change from `default`: the loaded
+    values bit for bit where no mass changed. For a raw path into a body's mass: MJX
+    divides by it in the subtree velocities (the `subtreelinvel` sensors that
+    Playground's CheetahRun, Hopper, Walker and Humanoid reward); until 2026-12-07 it
+    stayed the loaded model's (CheetahRun's torso x2: the rewarded speed 1.45x off)."""
+    change = jnp.asarray(_subtree_matrix(default)) @ (sys.body_mass - default.body_mass)
+    return sys.replace(body_subtreemass=default.body_subtreemass + change)
+
+
 def mirror_brax_copies(sys, fields: set[str]):
     """`sys` (generalized) with each Brax copy in `fields` (`BRAX_TWINS`) written into
     the MuJoCo field it was loaded from, which `setconst` reads."""

@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 from brax.base import System
 from flax import struct
@@ -49,6 +50,7 @@ from metarl.contexts.quantities import (
     setconst_basis,
     setconst_groups,
     spring_scale_check,
+    subtree_masses,
     write_setconst,
 )
 
@@ -58,6 +60,7 @@ Context = dict[str, jax.Array]
 # (`body_pos`, `body_quat`) of its mocap bodies, which MuJoCo reads only where it
 # makes the data (a mocap body's pose is `data.mocap_pos` and `mocap_quat` after that).
 MOCAP_POSE = "(the pose of a mocap body)"
+_EQ_TENDON = int(mujoco.mjtEq.mjEQ_TENDON)
 
 
 class ContextSpace(Mapping):
@@ -586,7 +589,18 @@ class Binding:
         sys = self.sys
         for e in self.entries:
             sys = e.write(sys, context[e.name])
-        return mirror_brax_copies(sys, self._mirrored) if self._mirrored else sys
+        sys = mirror_brax_copies(sys, self._mirrored) if self._mirrored else sys
+        return subtree_masses(self.sys, sys) if self._raw_masses else sys
+
+    @functools.cached_property
+    def _raw_masses(self) -> bool:
+        """Whether a raw entry writes `body_mass` (a Brax copy of it on generalized):
+        the subtrees' masses follow it, as the canonical `mass`'s do."""
+        return any(
+            isinstance(e.target, paths.RawPath)
+            and self._setconst_field(e.target.field) == "body_mass"
+            for e in self.entries
+        )
 
     @property
     def task_defaults(self) -> dict[str, Any]:
@@ -824,6 +838,8 @@ def _resolve(
             "not change the simulation. Use a canonical name "
             f"({', '.join(CANONICAL_NAMES)}), which writes the fields each backend reads"
         )
+    if raw.field in _TENDON_LENGTH0_INPUTS and (problem := _tendon_equalities(sys)):
+        raise ValueError(f"raw path {name!r}: {problem}")
     if raw.field == "jnt_range" and (problem := _unlimited_joints(raw, sys, backend)):
         raise ValueError(f"raw path {name!r}: {problem}")
     if raw.field == "geom_friction" and (problem := _unread_friction_columns(raw, sys, backend)):
@@ -859,6 +875,28 @@ def _check_fluid(entries: list, sys: System) -> None:
             f"writing {field} would change nothing; vary the canonical '{canonical}' (in "
             "this space), which switches the fluid model on"
         )
+
+
+# The pose fields from which MuJoCo's mj_setConst computes each tendon's length at qpos0
+# (`tendon_length0`), which MJX reads as a tendon equality's reference (only there)
+_TENDON_LENGTH0_INPUTS = ("body_pos", "body_quat", "qpos0", "site_pos")
+
+
+def _tendon_equalities(sys: System) -> str | None:
+    """Why a raw path into the pose is refused on `sys`, or None: metarl derives the
+    solver's inverse weights from the pose, not the tendons' lengths at qpos0, which a
+    tendon equality holds its tendons to (their length change from it)."""
+    eq = np.asarray(getattr(sys, "eq_type", ()))
+    pairs = np.stack([np.asarray(sys.eq_obj1id), np.asarray(sys.eq_obj2id)])[:, eq == _EQ_TENDON]
+    tendons = sorted(set(pairs[pairs >= 0].tolist()))
+    if not tendons:
+        return None
+    return (
+        f"the model's tendon equalities (tendons {tendons}) hold their tendons' lengths "
+        "against the lengths at qpos0 that MuJoCo computes from the pose when it compiles "
+        "the model (tendon_length0), which metarl does not recompute: the equality would "
+        "keep the loaded pose's lengths"
+    )
 
 
 def _rows(raw: paths.RawPath, sys: System) -> list[int] | None:
