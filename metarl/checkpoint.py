@@ -256,6 +256,13 @@ def save(directory, step: int, state, *, keep: int = 3) -> pathlib.Path:
             "Save steps in increasing order, or into another directory"
         )
     described, leaves, treedef = _flatten(state)
+    for (path, _, dtype), x in zip(described, leaves, strict=True):
+        if np.dtype(dtype).kind in "USOMm":  # orbax named the leaf by its index alone
+            raise ValueError(
+                f"checkpoint.save: leaf state{path} is a {type(x).__name__} of dtype {dtype}; "
+                "a checkpoint holds arrays and numbers (bool, integer, float, complex) and "
+                "PRNG keys: keep other values out of the state"
+            )
     _one_process(leaves, "save")
     items = {str(i): x for i, x in enumerate(leaves) if np.size(x)}  # orbax refuses size 0
     if not items:

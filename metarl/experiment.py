@@ -576,19 +576,18 @@ class Run:
     # stage 2
     def resume(self) -> None:
         ckpt, history = self.logdir / CHECKPOINTS, self.logdir / HISTORY
+        # what starting this run over in its --logdir takes (a fresh start needs no
+        # damaged checkpoint and at most one segment's history, which it removes)
+        over = f"remove {ckpt / 'damaged-*'} and {history} to start this run over here"
         if checkpoint.latest_step(ckpt) is None:
             if damaged := checkpoint.damaged_steps(ckpt):  # never start over on top of them
-                raise SystemExit(
-                    f"{ckpt} holds no intact checkpoint, only damaged ones moved aside "
-                    f"({', '.join(damaged)}); nothing was deleted. Remove or move them to "
-                    "start this run over, or start a new run with another --logdir"
-                )
+                raise SystemExit(self._all_damaged(damaged, over))
             if history.exists() and len(json.loads(history.read_text())) > 1:
                 # more segments than a kill before the first checkpoint leaves
                 raise SystemExit(
                     f"{self.logdir} holds the history of several segments but no checkpoint "
                     f"in {ckpt}: its checkpoints were removed. Nothing was deleted; put them "
-                    "back to resume, or start a new run with another --logdir"
+                    f"back to resume, {over}, or start a new run with another --logdir"
                 )
             # A fresh start: whatever an earlier attempt logged before its first
             # checkpoint is stale (it would duplicate points), so it goes, in the
@@ -602,6 +601,11 @@ class Run:
         try:
             state = checkpoint.restore(ckpt, like=self._state(0))
         except checkpoint.CheckpointError as e:  # damaged (moved aside), or another structure
+            if checkpoint.latest_step(ckpt) is None:  # every step was damaged: moved aside
+                raise SystemExit(
+                    f"cannot resume {self.logdir}: {e}\n"
+                    + self._all_damaged(checkpoint.damaged_steps(ckpt), over)
+                ) from None
             raise SystemExit(
                 f"cannot resume {self.logdir}: {e}\nnothing was deleted (a checkpoint of "
                 "another structure was made by another config: start a new run with "
@@ -624,6 +628,13 @@ class Run:
         print(
             f"Resuming {self.logdir} after segment {self.start} "
             f"({self.space.env_steps(self.ts):,} env steps)"
+        )
+
+    def _all_damaged(self, damaged: list[str], over: str) -> str:
+        return (
+            f"{self.logdir / CHECKPOINTS} holds no intact checkpoint, only damaged ones moved "
+            f"aside ({', '.join(damaged)}); nothing was deleted. Restore them from a backup to "
+            f"resume, {over}, or start a new run with another --logdir"
         )
 
     # stage 3

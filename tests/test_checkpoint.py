@@ -203,6 +203,10 @@ def test_errors_are_clear(tmp_path):
         ckpt.save(tmp_path, 2, state, keep=0)
     with pytest.raises(ValueError, match="nothing to save"):
         ckpt.save(tmp_path, 2, {"x": np.zeros((0, 3))})
+    # orbax named such a leaf by its index alone ("for key: ('0',)")
+    for leaf in ("abc", np.array([None, 1])):
+        with pytest.raises(ValueError, match=r"leaf state\['name'\] is a .* arrays and numbers"):
+            ckpt.save(tmp_path, 2, {"x": np.ones(2), "name": leaf})
     assert ckpt.all_steps(tmp_path) == [1]
 
     bad_likes = [

@@ -685,13 +685,18 @@ def test_damaged_checkpoints_are_never_started_over(exp, compiled, tmp_path):
         if path.is_file() and path.stat().st_size:
             path.write_bytes(bytes(path.stat().st_size))  # every byte zeroed
     forced = {"hparams": {"lr": 2.0}, "resume": "force"}  # a change that could be forced
-    with pytest.warns(RuntimeWarning), pytest.raises(SystemExit, match="nothing was deleted"):
+    # the same advice both times (the first blamed another config), which works
+    advice = r"only damaged ones moved aside \(damaged-1\); nothing was deleted.*history.json"
+    with pytest.warns(RuntimeWarning), pytest.raises(SystemExit, match=advice) as first:
         _run(exp, compiled, logdir, 2, **forced)
-    with pytest.raises(SystemExit, match=r"only damaged ones moved aside \(damaged-1\)"):
+    assert "another structure" not in str(first.value)
+    with pytest.raises(SystemExit, match=advice):
         _run(exp, compiled, logdir, 2, **forced)
     assert all(path.exists() for path in kept)  # neither the logs nor the history went
     assert (logdir / rundir.RUN_FILE).read_text() == record  # nor the record changed
-    assert (logdir / rundir.CHECKPOINTS / "damaged-1").is_dir()
+    shutil.rmtree(logdir / rundir.CHECKPOINTS / "damaged-1")  # as advised: starts over
+    (logdir / rundir.HISTORY).unlink()
+    assert [r["segment"] for r in _run(exp, compiled, logdir, 1, hparams={"lr": 1.0})] == [1]
 
 
 def test_a_signal_after_the_last_chunk_stops_once_the_segment_is_saved(
