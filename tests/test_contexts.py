@@ -572,7 +572,7 @@ def test_every_field_mj_setconst_reads_is_an_input_of_its_constants():
         # the loaded one under a raw body_mass until 2026-12-07.
         "body_subtreemass": ("body_mass",),
         # a tendon equality's reference: raw paths into the pose are refused on a model
-        # with one (space._tendon_equalities)
+        # with one (space._pose_constants)
         "tendon_length0": ("body_pos", "body_quat", "qpos0", "site_pos"),
         # the collision bounds: `geom_size` scales them; MJX reads geom_rbound only to
         # cull geom pairs under a max_geom_pairs numeric, geom_aabb never
@@ -623,17 +623,67 @@ def test_a_raw_mass_moves_the_subtrees_masses_as_mujoco_computes_them(path):
     np.testing.assert_array_equal(loaded.body_subtreemass, binding.sys.body_subtreemass)
 
 
-def test_a_raw_pose_is_refused_where_a_tendon_equality_holds_the_loaded_lengths():
-    """MuJoCo computes each tendon's length at qpos0 from the pose (tendon_length0),
-    the reference a tendon equality holds it to; metarl does not recompute it."""
-    xml = CHAIN_XML.replace(
-        "</mujoco>", '<equality><tendon tendon1="cable" polycoef="0 1 0 0 0"/></equality></mujoco>'
-    )
-    for path in ("body_pos[3]", "site_pos[0, 1]", "qpos0[0]", "body_quat[2]"):
-        with pytest.raises(ValueError, match=r"tendon equalities \(tendons \[1\]\)"):
+@pytest.mark.parametrize(
+    "added, refused",
+    [
+        ('<equality><tendon tendon1="cable" polycoef="0 1 0 0 0"/></equality>', "tendon equal"),
+        ('<equality><connect body1="shin" body2="torso" anchor="0 0 0"/></equality>', "connect"),
+        ('<tendon><spatial stiffness="50"><site site="s0"/><site site="s1"/></spatial></tendon>',
+         "tendon springs"),
+        ('<actuator><muscle tendon="coupled"/></actuator>', "muscles on tendons"),
+    ],
+    ids=["tendon equality", "connect", "tendon spring", "tendon muscle"],
+)  # fmt: skip
+def test_a_raw_pose_is_refused_where_the_compiler_derives_more_from_it(added, refused):
+    """MuJoCo's compiler derives from the pose at qpos0 more than the inverse weights
+    metarl derives: a tendon equality's reference lengths, a connect's anchor (the
+    bodies pulled back to the loaded distance, 0.50 for 0.70), a tendon spring's rest
+    length (a pendulum at rest swung 0.48 rad), a tendon muscle's length range
+    (MjSpec-compiled models against metarl's, 2026-12-07). Raw pose paths are refused
+    on such a model; canonical names write no pose, and accepted elsewhere."""
+    xml = CHAIN_XML.replace("</mujoco>", added + "</mujoco>")
+    for path in ("body_pos[3]", "site_pos[0, 1]", "qpos0[7]", "jnt_axis[1]", "wrap_prm"):
+        with pytest.raises(ValueError, match=f"the model has {refused}"):
             _bind({path: C.Scale(0.9, 1.1)}, "mjx", mjcf.loads(xml))
-    _bind({"body_pos[3]": C.Scale(0.9, 1.1)}, "mjx", mjcf.loads(CHAIN_XML))  # none: accepted
-    _bind({"mass": C.Scale(0.9, 1.1)}, "mjx", mjcf.loads(xml))  # the lengths do not move
+    _bind({"body_pos[3]": C.Scale(0.9, 1.1)}, "mjx", mjcf.loads(CHAIN_XML))
+    _bind({"mass": C.Scale(0.9, 1.1)}, "mjx", mjcf.loads(xml))
+
+
+def test_raw_rows_the_compiler_derives_from_or_never_reads_are_refused():
+    """A free body's pose (MuJoCo writes it into qpos0: the box reset where it was),
+    a centre of mass on a body compiled as simple (as `com_offset`: the coupling it
+    makes was dropped), a muscle's gear and joint range (its length range stayed: its
+    force 6x and 1.5x off). Other rows are accepted."""
+    box = mjcf.loads(
+        '<mujoco><worldbody><body pos="0 0 1"><freejoint/><geom type="box" size=".1 .2 .3"/>'
+        "</body></worldbody></mujoco>"
+    )
+    muscle = mjcf.loads(MUSCLE_XML.format(mass=1, gear=1))
+    cases = [
+        (box, "body_pos[1]", "row 1: a free joint places it.*vary 'qpos0'"),
+        (box, "body_quat[:2]", "row 1: a free joint"),
+        (box, "body_ipos[1, 0]", "row 1: MuJoCo compiled it as a simple body"),
+        (muscle, "actuator_gear[0, 0]", "row 0: it is a muscle.*'actuator_gain'"),
+        (muscle, "jnt_range[0]", "row 0: a muscle pulls it"),
+    ]
+    for sys, path, message in cases:
+        with pytest.raises(ValueError, match=message):
+            _bind({path: C.Uniform(0.1, 0.2)}, "mjx", sys)
+    space = {"body_pos[2:]": C.Scale(0.9, 1.1), "body_ipos[2, 2]": C.Scale(0.9, 1.1)}
+    _bind(space, "mjx", mjcf.loads(CHAIN_XML))  # the thigh and shin hang from hinges
+
+
+def test_a_raw_joint_axis_or_quaternion_is_normalized_as_mujoco_compiles_it():
+    """MJX's kinematics take a joint's axis and a body's quaternion as unit: an axis
+    (0, 2, 0) made a body's orientation matrix of determinant 1.66."""
+    sys = mjcf.loads(CHAIN_XML)
+    space = {"jnt_axis[1]": C.Scale(0.5, 2), "body_quat[2]": C.Scale(0.5, 2)}
+    binding = _bind(space, "mjx", sys)
+    got = binding.apply({"jnt_axis[1]": jnp.float32(2), "body_quat[2]": jnp.float32(3)})
+    np.testing.assert_allclose(got.jnt_axis, sys.jnt_axis, atol=1e-7)
+    np.testing.assert_allclose(got.body_quat, sys.body_quat, atol=1e-7)
+    loaded = binding.apply(binding.default_context())
+    np.testing.assert_array_equal(loaded.body_quat, sys.body_quat)  # bit for bit
 
 
 @pytest.mark.parametrize("backend", ["generalized", "mjx"])

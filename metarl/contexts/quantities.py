@@ -774,7 +774,7 @@ def _wrapped_with_constants(sys, backend) -> dict[int, str]:
                     f"{', '.join(reasons)}: MuJoCo derives the tendon's length and inverse "
                     "weight at qpos0 (and a muscle's length range and peak force) when it "
                     "compiles the model, and metarl does not recompute them, so a new size "
-                    "would leave them stale",
+                    "or place would leave them stale",
                 )
     return out
 

@@ -45,6 +45,8 @@ from metarl.contexts.quantities import (
     SETCONST_INPUT,
     SETCONST_OUTPUT,
     Quantity,
+    _simple_bodies,
+    _wrapped_with_constants,
     mirror_brax_copies,
     setconst,
     setconst_basis,
@@ -590,7 +592,21 @@ class Binding:
         for e in self.entries:
             sys = e.write(sys, context[e.name])
         sys = mirror_brax_copies(sys, self._mirrored) if self._mirrored else sys
+        for field in self._unit_rows:  # as MuJoCo's compiler normalizes them
+            new, loaded = getattr(sys, field), getattr(self.sys, field)
+            norm = jnp.linalg.norm(new, axis=-1, keepdims=True)
+            unit = jnp.where(norm > 0, new / jnp.where(norm > 0, norm, 1), new)
+            same = jnp.all(new == loaded, axis=-1, keepdims=True)  # bit for bit
+            sys = sys.replace(**{field: jnp.where(same, loaded, unit)})
         return subtree_masses(self.sys, sys) if self._raw_masses else sys
+
+    @functools.cached_property
+    def _unit_rows(self) -> tuple[str, ...]:
+        """The fields of unit rows (a joint's axis, quaternions) that raw entries write:
+        MuJoCo normalizes them when it compiles a model, and MJX's kinematics take them
+        as unit (a joint axis (0, 2, 0) made a body's xmat of determinant 1.66)."""
+        raw = {e.target.field for e in self.entries if isinstance(e.target, paths.RawPath)}
+        return tuple(sorted(raw & set(UNIT_ROWS)))
 
     @functools.cached_property
     def _raw_masses(self) -> bool:
@@ -838,7 +854,10 @@ def _resolve(
             "not change the simulation. Use a canonical name "
             f"({', '.join(CANONICAL_NAMES)}), which writes the fields each backend reads"
         )
-    if raw.field in _TENDON_LENGTH0_INPUTS and (problem := _tendon_equalities(sys)):
+    if raw.field in _POSE_INPUTS and (problem := _pose_constants(sys)):
+        raise ValueError(f"raw path {name!r}: {problem}")
+    on_mjx = raw.field in _ROW_CHECKS and backend == "mjx"
+    if on_mjx and (problem := _refused_rows(raw, sys, backend)):
         raise ValueError(f"raw path {name!r}: {problem}")
     if raw.field == "jnt_range" and (problem := _unlimited_joints(raw, sys, backend)):
         raise ValueError(f"raw path {name!r}: {problem}")
@@ -877,26 +896,109 @@ def _check_fluid(entries: list, sys: System) -> None:
         )
 
 
-# The pose fields from which MuJoCo's mj_setConst computes each tendon's length at qpos0
-# (`tendon_length0`), which MJX reads as a tendon equality's reference (only there)
-_TENDON_LENGTH0_INPUTS = ("body_pos", "body_quat", "qpos0", "site_pos")
+# MuJoCo fields whose rows are unit vectors (normalized when MuJoCo compiles a model)
+UNIT_ROWS = ("jnt_axis", "body_quat", "body_iquat", "geom_quat", "site_quat", "cam_quat")
+
+# Raw fields of the model's pose at qpos0 from which MuJoCo's compiler derives more
+# than the inverse weights metarl derives (`_pose_constants`)
+_POSE_INPUTS = (
+    *("body_pos", "body_quat", "jnt_pos", "jnt_axis", "qpos0", "site_pos", "site_quat"),
+    "wrap_prm",
+)
+_EQ_CONNECT, _EQ_WELD = int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD)
+_MUSCLE = int(mujoco.mjtGain.mjGAIN_MUSCLE)
+_TRN_JOINT = int(mujoco.mjtTrn.mjTRN_JOINT)
 
 
-def _tendon_equalities(sys: System) -> str | None:
-    """Why a raw path into the pose is refused on `sys`, or None: metarl derives the
-    solver's inverse weights from the pose, not the tendons' lengths at qpos0, which a
-    tendon equality holds its tendons to (their length change from it)."""
+def _pose_constants(sys: System) -> str | None:
+    """Why a raw path into the pose is refused on `sys`, or None: MuJoCo's compiler
+    derives constants from the pose at qpos0 that metarl does not recompute (it derives
+    the solver's inverse weights and a muscle's acc0 alone). Found by compiling models
+    with the pose moved in `mujoco.MjSpec` (2026-12-07): a tendon spring's rest length
+    (a pendulum at rest swung 0.48 rad), a connect's anchor (the bodies pulled back
+    to the loaded distance, 0.50 for 0.70), a tendon equality's reference lengths."""
     eq = np.asarray(getattr(sys, "eq_type", ()))
     pairs = np.stack([np.asarray(sys.eq_obj1id), np.asarray(sys.eq_obj2id)])[:, eq == _EQ_TENDON]
-    tendons = sorted(set(pairs[pairs >= 0].tolist()))
-    if not tendons:
+    muscles = np.asarray(sys.actuator_gaintype) == _MUSCLE
+    reasons = {
+        "tendon equalities (tendon_length0, their reference)": sorted(
+            set(pairs[pairs >= 0].tolist())
+        ),
+        "connect and weld equalities (eq_data: the anchor, the relative pose)": np.flatnonzero(
+            (eq == _EQ_CONNECT) | (eq == _EQ_WELD)
+        ).tolist(),
+        "tendon springs (tendon_lengthspring: the length at rest)": np.flatnonzero(
+            np.asarray(sys.tendon_stiffness) > 0
+        ).tolist(),
+        "muscles on tendons or sites (actuator_lengthrange)": np.flatnonzero(
+            muscles & (np.asarray(sys.actuator_trntype) != _TRN_JOINT)
+        ).tolist(),
+    }
+    found = [f"{what} {ids}" for what, ids in reasons.items() if len(ids)]
+    if not found:
         return None
     return (
-        f"the model's tendon equalities (tendons {tendons}) hold their tendons' lengths "
-        "against the lengths at qpos0 that MuJoCo computes from the pose when it compiles "
-        "the model (tendon_length0), which metarl does not recompute: the equality would "
-        "keep the loaded pose's lengths"
+        f"the model has {'; '.join(found)}, constants MuJoCo computes from the pose at qpos0 "
+        "when it compiles the model, which metarl does not recompute: they would keep the "
+        "loaded pose's values"
     )
+
+
+def _free_bodies(sys: System, backend: str) -> dict[int, str]:
+    """Bodies on a free joint: MuJoCo's compiler writes their pose into qpos0 and the
+    step reads the joint's qpos alone (a box's body_pos moved: it reset where it was)."""
+    free = np.asarray(sys.jnt_bodyid)[np.asarray(sys.jnt_type) == int(mujoco.mjtJoint.mjJNT_FREE)]
+    why = "a free joint places it (MuJoCo writes its pose into qpos0): vary 'qpos0' instead"
+    return dict.fromkeys(free.tolist(), why)
+
+
+def _muscle_targets(trntype: int):
+    """{row: why} of the joints (or tendons) a muscle pulls: MuJoCo's compiler derives
+    the muscle's length range from their ranges (a raw jnt_range [-0.5, 0.5] left it
+    [-1, 1]: the muscle's force 1.5x off)."""
+
+    def rows(sys: System, backend: str) -> dict[int, str]:
+        pulled = (np.asarray(sys.actuator_gaintype) == _MUSCLE) & (
+            np.asarray(sys.actuator_trntype) == trntype
+        )
+        why = "a muscle pulls it, whose length range MuJoCo derives from this range"
+        return dict.fromkeys(np.asarray(sys.actuator_trnid)[pulled, 0].tolist(), why)
+
+    return rows
+
+
+def _muscle_gears(sys: System, backend: str) -> dict[int, str]:
+    """Muscles: their length range follows the gear (canonical 'actuator_gain' scales
+    both; a raw gear x2 left it, the muscle's force 6x off)."""
+    why = "it is a muscle, whose length range MuJoCo derives from the gear: vary 'actuator_gain'"
+    return dict.fromkeys(np.flatnonzero(np.asarray(sys.actuator_gaintype) == _MUSCLE).tolist(), why)
+
+
+def _simple(sys: System, backend: str) -> dict[int, str]:
+    return {b + 1: why for b, why in _simple_bodies(sys, backend).items()}
+
+
+# Rows of raw fields that a raw path must not write: {field: (sys, backend) -> {row: why}}
+_ROW_CHECKS = {
+    "body_pos": _free_bodies,
+    "body_quat": _free_bodies,
+    "body_ipos": _simple,  # as 'com_offset' (a raw path got around its refusal)
+    "body_iquat": _simple,
+    "geom_pos": _wrapped_with_constants,  # as 'geom_size' (the tendon's path moves)
+    "geom_quat": _wrapped_with_constants,
+    "actuator_gear": _muscle_gears,
+    "jnt_range": _muscle_targets(_TRN_JOINT),
+    "tendon_range": _muscle_targets(int(mujoco.mjtTrn.mjTRN_TENDON)),
+}
+
+
+def _refused_rows(raw: paths.RawPath, sys: System, backend: str) -> str | None:
+    """Why the rows `raw` selects are refused (`_ROW_CHECKS`), or None."""
+    refused = _ROW_CHECKS[raw.field](sys, backend)
+    hit = {r: refused[r] for r in _rows(raw, sys) or () if r in refused}
+    if not hit:
+        return None
+    return "; ".join(f"row {r}: {why}" for r, why in hit.items()) + "; select the other rows"
 
 
 def _rows(raw: paths.RawPath, sys: System) -> list[int] | None:
