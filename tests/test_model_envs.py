@@ -544,14 +544,21 @@ def test_playground_refuses_what_its_reset_copies_from_the_host_model():
     """A Playground reset makes its data from the host MjModel (mjx_env.make_data):
     qpos0 reached only the inverse weights derived at it (BallInCup reset at the host's
     qpos0), and the target's mocap pose stayed the host's (FingerSpin)."""
+    from metarl.envs.sources import PlaygroundSource, load_playground
+
+    sources = {n: PlaygroundSource(load_playground(n, {})) for n in ("BallInCup", "FingerSpin")}
+
+    def bind(name, space):  # as make_contextual binds
+        source = sources[name]
+        return C.bind(C.ContextSpace(space), source.model, "mjx", {}, source.stale)
+
     for name in ("qpos0[2]", "eq_active0"):
         with pytest.raises(ValueError, match="MjModel they were built with"):
-            make_contextual("playground/BallInCup", C.ContextSpace({name: C.Uniform(0, 0.1)}))
+            bind("BallInCup", {name: C.Uniform(0, 0.1)})
     for name in ("body_pos[4, 1]", "body_quat[:, 0]", "body_pos"):  # 4: the target
         with pytest.raises(ValueError, match=r"bodies \[4\] are mocap bodies"):
-            make_contextual("playground/FingerSpin", C.ContextSpace({name: C.Scale(0.9, 1.1)}))
-    # the other bodies' poses reach the kinematics: accepted
-    make_contextual("playground/FingerSpin", C.ContextSpace({"body_pos[1:4, 2]": C.Scale(0.9, 1)}))
+            bind("FingerSpin", {name: C.Scale(0.9, 1.1)})
+    bind("FingerSpin", {"body_pos[1:4, 2]": C.Scale(0.9, 1)})  # the others reach: accepted
 
 
 def test_playground_refuses_a_mass_the_env_keeps_and_an_implementation_other_than_jax():
