@@ -576,18 +576,22 @@ class Run:
     # stage 2
     def resume(self) -> None:
         ckpt, history = self.logdir / CHECKPOINTS, self.logdir / HISTORY
+
         # what starting this run over in its --logdir takes (a fresh start needs no
         # damaged checkpoint and at most one segment's history, which it removes)
-        over = f"remove {ckpt / 'damaged-*'} and {history} to start this run over here"
+        def over() -> str:  # after `restore` moved any damaged step aside
+            damaged = f"{ckpt / 'damaged-*'} and " if checkpoint.damaged_steps(ckpt) else ""
+            return f"remove {damaged}{history} to start this run over here"
+
         if checkpoint.latest_step(ckpt) is None:
             if damaged := checkpoint.damaged_steps(ckpt):  # never start over on top of them
-                raise SystemExit(self._all_damaged(damaged, over))
+                raise SystemExit(self._all_damaged(damaged, over()))
             if history.exists() and len(json.loads(history.read_text())) > 1:
                 # more segments than a kill before the first checkpoint leaves
                 raise SystemExit(
                     f"{self.logdir} holds the history of several segments but no checkpoint "
                     f"in {ckpt}: its checkpoints were removed. Nothing was deleted; put them "
-                    f"back to resume, {over}, or start a new run with another --logdir"
+                    f"back to resume, {over()}, or start a new run with another --logdir"
                 )
             # A fresh start: whatever an earlier attempt logged before its first
             # checkpoint is stale (it would duplicate points), so it goes, in the
@@ -604,7 +608,7 @@ class Run:
             if checkpoint.latest_step(ckpt) is None:  # every step was damaged: moved aside
                 raise SystemExit(
                     f"cannot resume {self.logdir}: {e}\n"
-                    + self._all_damaged(checkpoint.damaged_steps(ckpt), over)
+                    + self._all_damaged(checkpoint.damaged_steps(ckpt), over())
                 ) from None
             raise SystemExit(
                 f"cannot resume {self.logdir}: {e}\nnothing was deleted (a checkpoint of "

@@ -948,7 +948,10 @@ def _free_bodies(sys: System, backend: str) -> dict[int, str]:
     """Bodies on a free joint: MuJoCo's compiler writes their pose into qpos0 and the
     step reads the joint's qpos alone (a box's body_pos moved: it reset where it was)."""
     free = np.asarray(sys.jnt_bodyid)[np.asarray(sys.jnt_type) == int(mujoco.mjtJoint.mjJNT_FREE)]
-    why = "a free joint places it (MuJoCo writes its pose into qpos0): vary 'qpos0' instead"
+    why = (
+        "a free joint places it: its pose is the joint's qpos, which MuJoCo starts at this "
+        "pose by writing it into qpos0 when it compiles (an MjcfEnv resets there)"
+    )
     return dict.fromkeys(free.tolist(), why)
 
 
