@@ -113,7 +113,9 @@ def _element_bounds(space: ContextSpace) -> dict[str, tuple[Any, Any]]:
     against its own interval (the union of unequal intervals is none of them)."""
     out = {}
     for name, (lo, hi) in space.intervals().items():
-        lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+        # one bound may be one number and the other one per element (Scale(0.5, [1, 4])):
+        # the elements' intervals are still their own
+        lo, hi = np.broadcast_arrays(np.asarray(lo, np.float64), np.asarray(hi, np.float64))
         shared = lo.size == 1 or (np.ptp(lo) == 0 and np.ptp(hi) == 0)
         out[name] = (float(np.min(lo)), float(np.max(hi))) if shared else (lo, hi)
     return out

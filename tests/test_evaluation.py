@@ -22,16 +22,29 @@ from metarl.envs.toy import Puck
 # Per-element intervals that differ: cart x0.5-1, pole x2-4 (no single value fits both).
 MASS = C.Scale(np.array([0.5, 2.0]), np.array([1.0, 4.0]), per_element=True)
 LOW, HIGH = np.array([0.5, 2.0]), np.array([1.0, 4.0])
+# One bound one number, the other one per element: still an interval per element (a
+# scalar low was taken for one shared interval, the union 0.5-4, until 2026-12-07: 88%
+# of the cart's "interpolation" values lay outside its own x0.5-1).
+BOUNDS = {
+    "both per element": (MASS, LOW, HIGH),
+    "scalar low": (C.Scale(0.5, HIGH, per_element=True), np.array([0.5, 0.5]), HIGH),
+    "scalar high": (C.Scale(LOW, 4.0, per_element=True), LOW, np.array([4.0, 4.0])),
+}
 
 
-def test_interpolation_puts_every_element_inside_its_own_interval():
-    values = E.interpolation(C.ContextSpace({"mass": MASS}), 200).values["mass"]
+@pytest.mark.parametrize("bounds", BOUNDS)
+def test_interpolation_puts_every_element_inside_its_own_interval(bounds):
+    mass, low, high = BOUNDS[bounds]
+    values = E.interpolation(C.ContextSpace({"mass": mass}), 200).values["mass"]
     assert values.shape == (200, 2)
-    assert np.all((values >= LOW) & (values <= HIGH))
+    assert np.all((values >= low) & (values <= high))
+    assert np.all(values.max(0) - values.min(0) > 0.9 * (high - low))  # each its whole own
 
 
+@pytest.mark.parametrize("bounds", BOUNDS)
 @pytest.mark.parametrize("side", ["low", "high", "both"])
-def test_extrapolation_puts_every_element_outside_its_own_interval(side):
+def test_extrapolation_puts_every_element_outside_its_own_interval(side, bounds):
+    MASS, LOW, HIGH = BOUNDS[bounds]  # noqa: N806
     space = C.ContextSpace({"mass": MASS})
     env = make_contextual("inverted_pendulum", space)
     values = E.extrapolation(env, space, 200, factor=1.5, side=side).values["mass"]
