@@ -347,18 +347,32 @@ def extrapolation(
         if name in turns and np.all(turns[name] - (hi - lo) <= 1e-3 * float(turns[name])):
             sides = {"low": (lo, hi), "high": (lo, hi)}  # the whole turn: no outside
         chosen = list(sides) if side == "both" else [side]
-        usable = [sides[k] for k in chosen if np.all((sides[k][1] > sides[k][0]) | fixed)]
-        if not usable:
-            raise NoHeldOutValuesError(
-                f"extrapolation: no valid values {'outside' if side == 'both' else side + ' of'} "
-                f"the training range of {name!r}"
-            )
-        # each element on a side of its own interval, drawn on its own as in training
-        shape = (num,) + _shape(space, name, env)
-        pick = rng.integers(0, len(usable), shape)
-        start, end = (
-            np.choose(pick, [np.broadcast_to(s[j], shape) for s in usable]) for j in (0, 1)
+        elements = _shape(space, name, env)
+        # [side, *elements]: whether each element has room on each side of its own interval
+        room = np.stack(
+            [np.broadcast_to((sides[k][1] > sides[k][0]) | fixed, elements) for k in chosen]
         )
+        if not np.all(room.any(axis=0)):
+            where = "outside" if side == "both" else side + " of"
+            blocked = np.argwhere(~room.any(axis=0)).tolist()
+            which = f" (elements {blocked}, by index)" if elements else ""
+            raise NoHeldOutValuesError(
+                f"extrapolation: no valid values {where} the training range of {name!r}{which}"
+            )
+        # each element on a side of its own interval, drawn on its own as in training; an
+        # element with room on one side only takes that side (until 2026-12-07 one element
+        # at a physical limit took that side from every element)
+        chosen = [k for k, r in zip(chosen, room, strict=True) if r.any()]
+        room = room[room.reshape(len(room), -1).any(axis=1)]
+        shape = (num,) + elements
+        ends = [[np.broadcast_to(sides[k][j], shape) for k in chosen] for j in (0, 1)]
+        if room.all():
+            pick = rng.integers(0, len(chosen), shape)
+        else:  # the n-th of each element's own usable sides
+            nth = rng.integers(0, np.broadcast_to(room.sum(axis=0), shape))
+            rank = np.cumsum(room, axis=0) - 1
+            pick = np.argmax(room[:, None] & (rank[:, None] == nth), axis=0)
+        start, end = (np.choose(pick, e) for e in ends)
         drawn = back(start + rng.uniform(0.0, 1.0, shape) * (end - start))
         values[name] = _kept(drawn, *bounds).astype(np.float32)
     return ContextSet("extrapolation" if side == "both" else f"extrapolation_{side}", values)

@@ -74,6 +74,24 @@ def test_extrapolation_keeps_raw_paths_physical():
         E.extrapolation(env, damping, 4, side="low")
 
 
+def test_an_element_at_a_physical_limit_leaves_the_other_elements_both_sides():
+    """Damping 0-1 on the cart has no side below (damping >= 0), 0.5-1.5 on the pole
+    has both: the cart's values go above its interval, the pole's on either side.
+    Until 2026-12-07 the cart's missing side was taken from the pole too, and the
+    low split refused the name without saying which element had no room."""
+    low, high = np.array([0.0, 0.5]), np.array([1.0, 1.5])
+    space = C.ContextSpace({"damping": C.Uniform(low, high, per_element=True)})
+    env = make_contextual("inverted_pendulum", space)
+    values = E.extrapolation(env, space, 400, side="both").values["damping"]
+    assert np.all(values[:, 0] > high[0])
+    assert 0.3 < np.mean(values[:, 1] < low[1]) < 0.7
+    assert np.all((values[:, 1] < low[1]) | (values[:, 1] > high[1]))
+    with pytest.raises(E.NoHeldOutValuesError, match=r"low of .*'damping' \(elements \[\[0\]\]"):
+        E.extrapolation(env, space, 4, side="low")
+    high_side = E.extrapolation(env, space, 50, side="high").values["damping"]
+    assert np.all(high_side > high)
+
+
 def test_log_uniform_sets_are_placed_in_log_space():
     """A LogUniform trains uniformly in log space, so its held-out sets live there: mass
     x0.25-4 extrapolates to x0.125-0.25 and x4-8 (in linear space the low side reached
