@@ -353,9 +353,17 @@ def _values(env, contexts: ContextSet) -> np.ndarray:
     out = []
     for e in env.binding.entries:
         v = np.asarray(contexts.values[e.name], np.float32)
-        out.append(
-            np.broadcast_to(v.reshape((c,) + v.shape[1:]), (c,) + e.draw_shape).reshape(c, -1)
-        )
+        v = v.reshape((c,) + v.shape[1:])
+        if v.shape[1:] not in ((), e.draw_shape):  # as `Evaluator.ranges` takes them
+            raise ValueError(
+                f"context {e.name!r} of set {contexts.split!r}: values of shape {v.shape[1:]} "
+                f"per context; give one number or one per element, shape {e.draw_shape}"
+            )
+        # one number per context for a per-element entry: every element of context i at
+        # it (broadcasting [C] against [C, elements] lined it up with the elements, and a
+        # set of as many contexts as elements steered context i to all contexts' values)
+        v = v.reshape((c,) + (1,) * (len(e.draw_shape) - (v.ndim - 1)) + v.shape[1:])
+        out.append(np.broadcast_to(v, (c,) + e.draw_shape).reshape(c, -1))
     return np.concatenate(out, axis=-1)
 
 
@@ -503,12 +511,19 @@ def steer_policy(
     readout = (probe.weights / probe.feature_scale[:, None]).T  # [D', F]
     offset = probe.mean - probe.feature_mean @ readout.T
     target = _values(evaluator.env, to)[:, probe.dims]
+    if not np.all(np.isfinite(target)):  # a NaN edit cut the episode and scored it 0
+        bad = sorted({probe.names[j] for j in np.argwhere(~np.isfinite(target))[:, 1]})
+        raise ValueError(f"steer: the contexts to decode ({to.split!r}) hold non-finite {bad}")
     target = target[np.minimum(np.arange(evaluator.max_contexts), c - 1)]
     if along == "readout":
         columns = np.linalg.pinv(readout)  # [F, D']: the smallest edit's map
     else:  # the encoding's directions, scaled so that the readout sees the change asked
         seen = readout @ probe.encoding.T  # [D', D']: what the readout sees of a unit move
-        if np.linalg.cond(seen) > 1e6:
+        # relative to the two maps' sizes (a 1 x 1 `seen` has condition number 1 however
+        # small: a readout at cosine 1e-9 to the encoding moved the memory 1e7 units per
+        # unit of context)
+        scale = np.linalg.norm(readout, 2) * np.linalg.norm(probe.encoding, 2)
+        if np.linalg.svd(seen, compute_uv=False).min() <= 1e-4 * scale:
             raise ValueError(
                 "steer: the probe's readout does not see the memory's encoding of "
                 f"{list(probe.names)} (readout @ encoding = {seen.tolist()}): along="

@@ -1,6 +1,8 @@
 """metarl.probe: the memory it records is the agent's, in the contexts asked for,
 and the probe decodes a context a memory holds and not one it does not."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -293,6 +295,21 @@ def test_steering_refuses_what_it_cannot_do(env, evaluator, policy):
         P.steer_policy(evaluator, policy, probe, E.ContextSet("x", {"motor": np.ones(2)}))
     with pytest.raises(ValueError, match="strength must be a finite number"):
         P.steer_policy(evaluator, policy, probe, run, strength=float("nan"))
+    # a NaN to decode made the memory NaN, and the episode cut there scored 0
+    with pytest.raises(ValueError, match=r"hold non-finite \['actuator_gain'\]"):
+        P.steer_policy(evaluator, policy, probe, _gains(float("nan"), 1.0))
+    # an encoding the readout barely sees: the edit to decode one unit of gain would move
+    # the memory 1/cosine units (a 1 x 1 map's condition number is 1 however small it is)
+    readout = probe.weights[:, 0] / probe.feature_scale
+    across = np.linalg.svd(readout[None])[2][-1]  # a direction the readout does not see
+    for cosine, refused in ((1e-7, True), (0.2, False)):
+        encoding = across + cosine * np.linalg.norm(across) * readout / np.linalg.norm(readout)
+        unseen = dataclasses.replace(probe, encoding=encoding[None])
+        if refused:
+            with pytest.raises(ValueError, match="the probe's readout does not see the memory's"):
+                P.steer_policy(evaluator, policy, unseen, run)
+        else:
+            P.steer_policy(evaluator, policy, unseen, run)
     key = jax.random.key(0)
     with pytest.raises(ValueError, match="give the steered policy .* not Policy"):
         P.control_policy(evaluator, policy, run, key)
@@ -302,3 +319,25 @@ def test_steering_refuses_what_it_cannot_do(env, evaluator, policy):
     other = E.Evaluator(env, episodes=evaluator.env.episodes_per_trial, max_contexts=2)
     with pytest.raises(ValueError, match="built for 8 envs of .* this evaluator runs 2 of"):
         P.control_policy(other, steered, run, key)
+
+
+def test_one_number_per_context_sets_every_element_of_that_context():
+    """A per-element entry given one number per context (as `E.grid` gives its axis,
+    and `Evaluator.ranges` runs it): the steering target of context i holds that number
+    at every element. Until 2026-12-07 numpy lined the contexts up with the elements: a
+    set of as many contexts as elements steered context i to all the contexts' values,
+    any other size failed with numpy's broadcast error."""
+    space = C.ContextSpace({**TARGET, "damping[x, spin]": C.Scale(0.5, 2.0, per_element=True)})
+    env = make_contextual("puck", space, episode_length=EPISODE, velocity_in_obs=False)
+    for damping in ([0.6, 1.8], [0.6, 1.0, 1.8]):
+        c = len(damping)
+        to = E.ContextSet(
+            "to", {"actuator_gain": np.ones(c), "damping[x, spin]": np.asarray(damping)}
+        )
+        expected = np.column_stack([np.ones(c), damping, damping]).astype(np.float32)
+        np.testing.assert_array_equal(P._values(env, to), expected)
+    per_element = E.ContextSet("to", {"actuator_gain": np.ones(2), "damping[x, spin]": np.eye(2)})
+    np.testing.assert_array_equal(P._values(env, per_element), [[1, 1, 0], [1, 0, 1]])
+    wrong = E.ContextSet("to", {"actuator_gain": np.ones(2), "damping[x, spin]": np.ones((2, 3))})
+    with pytest.raises(ValueError, match=r"shape \(3,\) per context; give one number or one per"):
+        P._values(env, wrong)
