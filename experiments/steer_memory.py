@@ -96,8 +96,10 @@ def _escaped(evaluator, policy, contexts: E.ContextSet, key) -> float:
     """The share of the set's envs whose memory leaves [-BOUND, BOUND] (or turns
     non-finite) at some step of their trial: an edit carried on from step to step
     can grow the memory without bound while the probe still decodes its target."""
-    features = P.record_memory(evaluator, policy, contexts, key).features  # [N, T, H]
+    memory = P.record_memory(evaluator, policy, contexts, key)
+    features = memory.features  # [N, T, H]
     size = np.where(np.isfinite(features), np.abs(features), np.inf)
+    size = np.where(memory.episode[..., None] >= 0, size, 0.0)  # after the trial: not its
     return float(np.mean(size.max(axis=(1, 2)) > BOUND))
 
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from dataclasses import replace
 
 import jax
@@ -193,6 +194,23 @@ def test_random_contexts_lists_each_episode_with_the_context_it_ran_in(capsys):
     # seed 2**32 printed seed 0's table (jax.random.key keeps 32 bits)
     with pytest.raises(ValueError, match=r"--seed: seed 4294967296 outside 0\.\.4294967295"):
         random_contexts.Config(seed=2**32)
+
+
+def test_steer_memorys_escaped_share_reads_the_steps_of_the_trial_alone(monkeypatch):
+    """The share of envs whose memory left [-10, 10] at some step of their trial: a step
+    after the trial ended (the next trial's, after an auto-reset) is not the trial's.
+    Until 2026-12-07 it counted."""
+    steer_memory = _script("steer_memory")
+    features = np.full((3, 4, 2), 0.5)
+    episode = np.array([[0, 0, 1, -1], [0, 0, 1, 1], [0, 1, -1, -1]])
+    features[0, 3] = 50.0  # env 0: only after its trial
+    features[1, 2, 1] = -50.0  # env 1: in its trial
+    features[2, 2:] = np.nan  # env 2: non-finite only after its trial
+    memory = types.SimpleNamespace(features=features, episode=episode)
+    monkeypatch.setattr(steer_memory.P, "record_memory", lambda *args: memory)
+    assert steer_memory._escaped(None, None, None, None) == pytest.approx(1 / 3)
+    features[2, 1, 0] = np.inf  # in its trial: escaped
+    assert steer_memory._escaped(None, None, None, None) == pytest.approx(2 / 3)
 
 
 def test_probe_memory_and_steer_memory_read_the_rl2_runs_gru(tmp_path):
