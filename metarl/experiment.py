@@ -287,10 +287,25 @@ def compile_experiment(exp: Experiment, num_seeds: int = 1) -> Compiled:
 
 
 def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
-    names = exp.eval.heatmap or tuple(exp.target)[:2]
+    # A heatmap axis sets every element of a name to one value, and outlines the
+    # interval trained on: a per-element entry whose elements train on intervals that
+    # differ has no such interval (Scale([0.5, 2], [1, 4]): on its envelope 0.5-4 no
+    # point had every element inside its own interval, until 2026-12-07).
+    bounds = E._element_bounds(exp.target)
+    own = [n for n, (lo, _) in bounds.items() if isinstance(lo, np.ndarray)]
+    shared = [n for n in exp.target if n not in own]
+    names = exp.eval.heatmap or tuple(shared[:2])
     if unknown := [n for n in names if n not in exp.target]:
         raise ValueError(
             f"eval.heatmap: {unknown} not in the target; choose among {list(exp.target)}"
+        )
+    if not names or (differ := [n for n in names if n in own]):
+        which = f"{differ} train" if names else f"every context of the target ({own}) trains"
+        raise ValueError(
+            f"eval.heatmap: {which} each element on an interval of its own (they differ), "
+            "and a heatmap axis sets every element to one value inside one outlined "
+            f"interval; choose among {shared}, or give the entry one interval for all "
+            "its elements"
         )
     axes = {}
     for name in names:

@@ -1225,6 +1225,25 @@ def test_a_heatmap_of_a_name_outside_the_target_is_refused_when_the_experiment_i
         experiment.run_variants({}, logdir=".", segments=1, steps_per_segment=STEPS, seed=0)
 
 
+def test_a_heatmap_axis_is_never_a_per_element_entry_whose_intervals_differ(exp):
+    """An axis sets every element of a name to one value: with the cart's mass trained
+    on x0.5-1 and the pole's on x2-4, no point of the envelope x0.5-4 had both inside
+    their own interval, and the box outlined there held no trained context. By default
+    the heatmap takes the first two names that share one interval; naming such an entry
+    is refused, and so is a target of none."""
+    mass = C.Scale([0.5, 2.0], [1.0, 4.0], per_element=True)
+    target = C.ContextSpace({"mass": mass, "gravity": C.Scale(0.5, 1.5)})
+    env = make_contextual("inverted_pendulum", target, episode_length=50)
+    built = replace(exp, env=env, target=target)
+    assert list(experiment._heatmap_axes(built)) == ["gravity"]
+    with pytest.raises(ValueError, match=r"\['mass'\] train each element on an interval"):
+        replace(built, eval=experiment.EvalConfig(heatmap=("mass", "gravity")))
+    alone = C.ContextSpace({"mass": mass})
+    env = make_contextual("inverted_pendulum", alone, episode_length=50)
+    with pytest.raises(ValueError, match=r"every context of the target \(\['mass'\]\)"):
+        replace(exp, env=env, target=alone)
+
+
 def test_variants_whose_held_out_sets_differ_are_not_paired(exp, tmp_path, capsys):
     """The paired difference rests on seed i of two variants scoring the same held-out
     contexts. A variant of another target draws other ones: it was paired all the
