@@ -30,6 +30,7 @@ import numpy as np
 from flax import struct
 
 from metarl.contexts import Choice, ContextSpace, Fixed, Normal
+from metarl.trees import in_shape_of
 
 __all__ = ["Curriculum", "CurriculumState", "check_compatible"]
 
@@ -201,13 +202,18 @@ def inside(target: ContextSpace, space: ContextSpace) -> ContextSpace:
     out = {}
     for name, dist in space.items():
         t_lo, t_hi = (np.asarray(x, np.float32) for x in intervals[name])
+        # a parameter clipped against per-element intervals keeps its shape where it is
+        # still one number (a std of 0.1 inside intervals that differ was refused as
+        # one per element, until 2026-12-07)
         if isinstance(dist, Normal):  # its own mean +- 2 std inside the target's
             std = np.minimum(np.asarray(dist.std, np.float32), (t_hi - t_lo) / 4)
             mean = np.clip(np.asarray(dist.mean, np.float32), t_lo + 2 * std, t_hi - 2 * std)
+            mean, std = in_shape_of(mean, dist.mean), in_shape_of(std, dist.std)
             dist = dataclasses.replace(dist, mean=mean, std=std)
         elif hasattr(dist, "low") and hasattr(dist, "high"):
             low = np.clip(np.asarray(dist.low, np.float32), t_lo, t_hi)
             high = np.clip(np.asarray(dist.high, np.float32), low, t_hi)
+            low, high = in_shape_of(low, dist.low), in_shape_of(high, dist.high)
             dist = dataclasses.replace(dist, low=low, high=high)
         out[name] = dist
     return ContextSpace(out)

@@ -59,3 +59,14 @@ def stable_repr(value: Any) -> str:
     text), and memory addresses dropped. For run records compared across runs."""
     with np.printoptions(**_EXACT_PRINT):
         return ADDRESS.sub("", repr(value))
+
+
+def in_shape_of(value: np.ndarray, like: Any) -> np.ndarray:
+    """`value` in the shape of `like` where it holds one number: a parameter clipped
+    against per-element bounds comes back one per element, and where every element is
+    the same, the parameter keeps the shape it had (a range's structure is what
+    compiled programs take). Any other `value` is returned as it is."""
+    value, shape = np.asarray(value), np.shape(like)
+    if value.shape == shape or value.size == 0 or np.any(value != value.flat[0]):
+        return value
+    return np.full(shape, value.flat[0], value.dtype)

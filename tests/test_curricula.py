@@ -119,6 +119,29 @@ def test_widening_rejects_defaults_that_would_change_parameter_shapes():
         curricula.LinearWidening(0.5, 2).init(target, defaults={"friction": [0.8, 0.9, 1.0]})
 
 
+@pytest.mark.parametrize("name", ["mass", "friction"])
+def test_a_target_with_one_scalar_and_one_per_element_parameter_keeps_its_structure(name):
+    """Parameters may mix one number and one per element (the README: scalars or arrays
+    of one entry per element). Clipped against per-element intervals, the centre x1 of
+    mass x0.5-1 and x0.5-4, and a std of 0.1 about means 1 and 2, came back one per
+    element, and every curriculum refused the target as of another structure (until
+    2026-12-07); they are still one number each."""
+    target, defaults = {
+        "mass": (C.Scale(0.5, [1.0, 4.0], per_element=True), {"mass": np.ones(2)}),
+        "friction": (C.Normal([1.0, 2.0], 0.1, per_element=True), None),
+    }[name]
+    target = C.ContextSpace({name: target})
+    for cur in _curricula()[:3]:  # ADR asks for bounds of one shape, and no Normal
+        ranges = cur.ranges(cur.init(target, defaults=defaults))
+        assert _shapes(ranges) == _shapes(target), cur
+    widening = curricula.LinearWidening(0.5, 2)
+    got = widening.ranges(widening.init(target, defaults=defaults))[name]
+    if name == "mass":  # about x1 in both: x0.75-1 and x0.75-2.5
+        np.testing.assert_allclose([got.low, *got.high], [0.75, 1.0, 2.5])
+    else:
+        np.testing.assert_allclose([*got.mean, got.std], [1.0, 2.0, 0.05])
+
+
 # -- structure --
 
 

@@ -55,6 +55,7 @@ from metarl.contexts.quantities import (
     subtree_masses,
     write_setconst,
 )
+from metarl.trees import in_shape_of
 
 Context = dict[str, jax.Array]
 
@@ -198,7 +199,8 @@ class ContextSpace(Mapping):
             if around is not None:
                 centre = 1.0 if dist.relative else _fitting_centre(name, dist, around)
                 low, high = (np.asarray(x, np.float32) for x in intervals[name])
-                centre = np.clip(np.asarray(centre, np.float32), low, high)
+                # against per-element bounds, one centre for all elements stays one
+                centre = in_shape_of(np.clip(np.asarray(centre, np.float32), low, high), centre)
             out[name] = dist.scaled(f, centre)
         return ContextSpace(out)
 
