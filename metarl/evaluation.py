@@ -562,6 +562,12 @@ class Evaluator:
         `max_contexts` runs in chunks of `max_contexts` in the same compiled program,
         chunk i with `_chunk_key(key, i)` (the first with `key`, as a set that fits)."""
         if len(contexts) > self.max_contexts:
+            if getattr(policy, "rows_are_envs", False):  # a steered policy (metarl.probe)
+                raise ValueError(
+                    f"evaluate: {type(policy).__name__} holds a row per env of one batch of "
+                    f"at most {self.max_contexts} contexts; a set of {len(contexts)} runs in "
+                    "chunks, each of which would reuse the first rows: split the set"
+                )
             chunks = [
                 self.evaluate(
                     policy,

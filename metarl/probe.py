@@ -404,6 +404,10 @@ class SteeredPolicy(struct.PyTreeNode):
     replay: jax.Array  # [T, N]: the control's edit size at step t in env i
     control: jax.Array  # [] bool (a leaf: steered and control runs share one program)
 
+    # its rows are the envs of one batch: `Evaluator.evaluate` refuses to run it over a
+    # set in chunks, whose chunk i would steer its context j to the target of context j
+    rows_are_envs = True
+
     @property
     def agent(self):
         return self.policy.agent

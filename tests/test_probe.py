@@ -314,6 +314,8 @@ def test_steering_refuses_what_it_cannot_do(env, evaluator, policy):
     with pytest.raises(ValueError, match="give the steered policy .* not Policy"):
         P.control_policy(evaluator, policy, run, key)
     steered = P.steer_policy(evaluator, policy, probe, run)
+    with pytest.raises(ValueError, match="SteeredPolicy holds a row per env of one batch"):
+        evaluator.evaluate(steered, _gains(*[1.0] * 5), key)  # chunk 2 reused chunk 1's rows
     with pytest.raises(ValueError, match="not SteeredPolicy built by control_policy"):
         P.control_policy(evaluator, P.control_policy(evaluator, steered, run, key), run, key)
     other = E.Evaluator(env, episodes=evaluator.env.episodes_per_trial, max_contexts=2)
