@@ -410,8 +410,13 @@ def test_the_stock_fits_the_devices_memory():
     per_env = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(entry))
 
     class Device:
+        def __init__(self, process_index=0, share=1.0):
+            self.process_index, self.share = process_index, share
+
         def memory_stats(self):
-            return {"bytes_limit": 4 * 32 * 1024 * per_env}
+            if self.process_index != jax.process_index():
+                raise RuntimeError("memory_stats: not addressable")  # as PJRT refuses it
+            return {"bytes_limit": int(self.share * 4 * 32 * 1024 * per_env)}
 
     config = ppo.PPOConfig(num_envs=1024, unroll_length=16, num_minibatches=4)
     mesh = types.SimpleNamespace(size=1, devices=np.array([Device()]))
@@ -419,6 +424,12 @@ def test_the_stock_fits_the_devices_memory():
     assert training._stock_depth(env, config, 2, mesh) == 16  # two seeds: twice the envs
     mesh.size = 2  # two devices split the envs
     assert training._stock_depth(env, config, 2, mesh) == 32  # noqa: SLF001
+    # Several processes: the mesh's first device may be another process's, and this
+    # process's own devices tell its memory (the least of them). Asking the first one
+    # found no limit on every process but process 0, which stocked deeper.
+    mesh.devices = np.array([Device(process_index=1), Device(share=0.5), Device()])
+    assert training._stock_depth(env, config, 2, mesh) == 16  # noqa: SLF001
+    assert training._memory_limit(mesh) == 2 * 32 * 1024 * per_env  # noqa: SLF001
     assert ppo.make_train_space(env, config).stock_depth == 32  # a CPU: no limit
 
 
@@ -607,7 +618,8 @@ TWO_HOSTS = textwrap.dedent(
     from metarl.agents import ppo
     from metarl.envs import make_contextual
     space = C.ContextSpace({"gravity": C.Uniform(9.0, 10.5), "mass": C.Scale(0.8, 1.2)})
-    env = make_contextual("inverted_pendulum", space, episode_length=10)
+    # the stock, as "auto" resets on GPUs: every process chooses one stock depth
+    env = make_contextual("inverted_pendulum", space, episode_length=10, reset_strategy="stock")
     from brax.envs.inverted_pendulum import InvertedPendulum
     from metarl.parallel import process_local_devices
     try:  # built outside process_local_devices: its model lives on process 0's device

@@ -176,16 +176,41 @@ def _stock_depth(env: ContextualEnv, config: PPOConfig, num_seeds, mesh) -> int 
                 raise ValueError(f"{unused}: drop stock_depth, or make the env with the stock")
             warnings.warn(f'{unused}, which "auto" chose on this device: unused', stacklevel=3)
         return None
-    try:
-        limit = (mesh.devices.flat[0].memory_stats() or {}).get("bytes_limit")
-    except Exception:  # noqa: BLE001 - a backend without memory statistics
-        limit = None
+    limit = _memory_limit(mesh)
     if limit is None:  # nothing to fit (a CPU): the reset is not traced for its size
-        return _choose_stock_depth(config.unroll_length, config.stock_depth, 0, None)
-    entry = jax.eval_shape(env.reset, jax.random.key(0)).info[POOL].pending
-    entry_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(entry))
-    envs = config.num_envs // mesh.size * (num_seeds or 1)  # held by one device
-    return _choose_stock_depth(config.unroll_length, config.stock_depth, entry_bytes * envs, limit)
+        depth = _choose_stock_depth(config.unroll_length, config.stock_depth, 0, None)
+    else:
+        entry = jax.eval_shape(env.reset, jax.random.key(0)).info[POOL].pending
+        entry_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(entry))
+        envs = config.num_envs // mesh.size * (num_seeds or 1)  # held by one device
+        depth = _choose_stock_depth(
+            config.unroll_length, config.stock_depth, entry_bytes * envs, limit
+        )
+    if jax.process_count() > 1:  # one program on every process: the shallowest depth
+        from jax.experimental import multihost_utils
+
+        depth = int(np.min(multihost_utils.process_allgather(np.int32(depth))))
+    return depth
+
+
+def _memory_limit(mesh) -> int | None:
+    """The least memory (``bytes_limit``) among the mesh's devices this process
+    addresses; None where one reports none (a CPU). Another process's device is not
+    asked: under several processes the mesh's first device is process 0's, which until
+    2026-12-07 every process asked, and a process it answered nothing could choose a
+    deeper stock, another program than process 0's."""
+    limits = []
+    for device in mesh.devices.flat:
+        if getattr(device, "process_index", 0) != jax.process_index():
+            continue
+        try:
+            limit = (device.memory_stats() or {}).get("bytes_limit")
+        except Exception:  # noqa: BLE001 - a backend without memory statistics
+            limit = None
+        if limit is None:
+            return None
+        limits.append(limit)
+    return min(limits, default=None)
 
 
 def make_train_space(
