@@ -60,6 +60,18 @@ class Config:
 
     def __post_init__(self):
         check_counts(self, ids=("seed",))
+        # one name twice collected both entries' processes under one key: the row
+        # compared a merged list with itself (ratio 1.000), or refused only after
+        # every process had trained; flags in another order are the same setting
+        seen = {}
+        for setting in self.settings:
+            flags = tuple(sorted(xla_flags(setting).split()))
+            if flags in seen:
+                raise ValueError(
+                    f"--settings names one setting twice: {seen[flags]!r} and {setting!r} "
+                    f"(the same XLA flags); name each setting once"
+                )
+            seen[flags] = setting
 
 
 def _digest(tree, metrics: list[dict], eval_mean) -> str:

@@ -76,8 +76,12 @@ class Summary:
 
 def iqm(scores) -> float:
     """Interquartile mean of all scores: the middle 50%, quartile elements weighted
-    by the fraction of them inside it."""
+    by the fraction of them inside it. A NaN score (a diverged seed) has no rank:
+    the IQM is then NaN (`summarize` drops such seeds first and counts them); an
+    infinite one ranks as the largest or smallest score."""
     x = np.sort(np.asarray(scores, np.float64).ravel())
+    if np.isnan(x).any():  # np.sort puts NaN last: trimmed there, as if the largest
+        return float("nan")
     n = x.size
     if n == 0:
         return float("nan")

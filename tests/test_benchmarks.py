@@ -453,6 +453,16 @@ def test_a_benchmark_refuses_a_count_below_one_before_it_compiles(script, field,
     _load("reproducibility").Config(seed=0)
 
 
+def test_reproducibility_refuses_a_setting_named_twice():
+    """A repeated setting once merged both entries' processes under one row, which
+    then read ratio 1.000 against itself (or failed only after every run trained)."""
+    repro = _load("reproducibility")
+    for twice in (("default", "default"), ("a=1,b=2", "default", "b=2, a=1")):
+        with pytest.raises(ValueError, match="names one setting twice"):
+            repro.Config(settings=twice)
+    repro.Config(settings=("default", "a=1,b=2", "a=1"))
+
+
 def test_stock_refill_times_steps_and_refill_and_keeps_the_stock_full(tmp_path):
     """stock_refill.py alternates a block of `depth` steps and the refill of what they
     used, on one donated state: with no refill, a done env would find its stock empty

@@ -68,6 +68,9 @@ def test_edge_cases():
     # an infinite score in the trimmed quarters is trimmed, not 0 * inf = NaN
     assert stats.iqm([1.0, 2.0, 3.0, np.inf]) == 2.5
     assert stats.iqm([-np.inf, 1.0, 2.0, 3.0]) == 1.5
+    # a NaN has no rank: not trimmed as the largest score (that gave 2.5 here)
+    assert np.isnan(stats.iqm([1.0, 2.0, 3.0, np.nan]))
+    assert stats.summarize([1.0, 2.0, 3.0, np.nan]).iqm == 2.0
 
 
 def test_few_seeds_bootstrap_would_undercover_which_is_why_it_is_withheld():
