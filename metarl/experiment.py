@@ -76,6 +76,7 @@ from metarl.tensorboard import (
     RunLogger,
     context_units,
     episode_return_tag,
+    logged_steps,
     nonfinite_tag,
     probe_tag,
     stage_seconds_tag,
@@ -480,12 +481,13 @@ def _check_run(
     identity = describe_run(exp, hparams, num_seeds, seed, steps_per_segment, segments)
     ckpt, history = logdir / CHECKPOINTS, logdir / HISTORY
     done = checkpoint.latest_step(ckpt)
-    # an attempt stopped before its first checkpoint saved nothing (its history holds
-    # one segment at most: it is written just before the checkpoint)
+    # an attempt stopped before its first checkpoint saved nothing (its history and its
+    # event files hold one segment at most: both are written just before the checkpoint)
     saved = (
         done is not None
         or bool(checkpoint.damaged_steps(ckpt))
         or (history.exists() and len(json.loads(history.read_text())) > 1)
+        or _logged_segments(logdir) > 1
     )
     record = check_identity(
         logdir, identity, resume, segments_done=done or 0, write=False, saved=saved, quiet=quiet
@@ -607,6 +609,16 @@ class Run:
                     f"{self.logdir} holds the history of several segments but no checkpoint "
                     f"in {ckpt}: its checkpoints were removed. Nothing was deleted; put them "
                     f"back to resume, {over()}, or start a new run with another --logdir"
+                )
+            if (logged := _logged_segments(self.logdir)) > 1:
+                # checkpoints and history removed: the logs of a run, not of an attempt
+                # (deleted as stale until 2026-12-07, a finished run's included)
+                raise SystemExit(
+                    f"{self.logdir} holds TensorBoard logs of {logged} segments but no "
+                    f"checkpoint in {ckpt} and no history: its checkpoints were removed. "
+                    f"Nothing was deleted; put them back to resume, remove the event files "
+                    f"(events.out.tfevents.*) in {self.logdir} and its seed folders to start "
+                    f"this run over here, or start a new run with another --logdir"
                 )
             # A fresh start: whatever an earlier attempt logged before its first
             # checkpoint is stale (it would duplicate points), so it goes, in the
@@ -885,6 +897,11 @@ class Run:
                 step=final["env_steps"],
             )
             logger.flush()
+
+
+def _logged_segments(logdir: pathlib.Path) -> int:
+    """The segments whose points the run's event files hold (one env step each)."""
+    return len(set().union(*(logged_steps(d) for d in run_logdirs(logdir))))
 
 
 def _summary(summary: Callable, state: Any, results: Mapping[str, Any]) -> dict[str, float]:

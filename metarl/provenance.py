@@ -40,6 +40,7 @@ LIBRARIES = (
     "optax",
     "distrax",
     "numpy",
+    "scipy",  # the truncated normal's intervals: held-out sets, heatmap axes, ranges
     "playground",
 )
 SOURCE_SUFFIXES = (".py", ".json")

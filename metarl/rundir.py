@@ -526,6 +526,15 @@ def check_identity(
             kinds = {s if s in ENVIRONMENT else "config" for s in sections}
             what = " and ".join(sorted(kinds))  # e.g. "config", "platform and software"
             raise SystemExit(f"{logdir} holds a run with another {what}:\n{lines}\n{hint}")
+        if blocking and config.get("segments", segments_done) <= segments_done:
+            # nothing would run: the finished run's logs would sit beside a config (and
+            # software, platform) they were not made with, which eval_as_run then reads
+            raise SystemExit(
+                f"{logdir} holds a finished run of {segments_done} segments: no segment would "
+                f"run with the forced fields, yet {RUN_FILE} would record them as the run's:"
+                f"\n{_lines(blocking)}\nask for more --segments to go on with them, or start "
+                "a new run with another --logdir"
+            )
         record["forced"] = old.get("forced", []) + ([sorted(blocking)] if blocking else [])
         for section in ENVIRONMENT:  # the values of the segments before each change
             earlier = [old[section]] if section in moved_on else []

@@ -550,3 +550,17 @@ def read_scalars(logdir: str | os.PathLike) -> dict[str, list[tuple[int, float]]
 
     acc = ea.EventAccumulator(os.fspath(logdir), size_guidance={ea.SCALARS: 0}).Reload()
     return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()[ea.SCALARS]}
+
+
+def logged_steps(logdir: str | os.PathLike) -> set[int]:
+    """The env steps other than 0 at which the event files directly in `logdir` hold a
+    summary (a run logs one such step a segment; 0 holds the custom-scalar layout),
+    read with TensorBoard's own loader, the points a purge dropped included."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    return {
+        event.step
+        for f in sorted(pathlib.Path(logdir).glob("events.out.tfevents.*"))
+        for event in EventFileLoader(os.fspath(f)).Load()
+        if event.step and event.HasField("summary")
+    }

@@ -184,6 +184,14 @@ def test_a_restart_before_the_first_checkpoint_leaves_no_duplicate_points(exp, c
     with pytest.raises(SystemExit, match=r"lr: run has 2.0, now 3.0"):
         _run(exp, compiled, logdir, 3, hparams={"lr": 3.0})  # saved: the config counts
     assert [s for s, _ in read_scalars(logdir)["train/return"]] == [256, 512]
+    # and the history too: the event files still hold two segments (they were
+    # deleted as an attempt's, a finished run's HParams included)
+    (logdir / rundir.HISTORY).unlink()
+    with pytest.raises(SystemExit, match="TensorBoard logs of 2 segments but no checkpoint"):
+        _run(exp, compiled, logdir, 3, hparams={"lr": 2.0})
+    with pytest.raises(SystemExit, match=r"lr: run has 2.0, now 3.0"):
+        _run(exp, compiled, logdir, 3, hparams={"lr": 3.0})
+    assert [s for s, _ in read_scalars(logdir)["train/return"]] == [256, 512]
 
 
 def test_a_fresh_start_clears_an_earlier_attempts_logs_of_another_seed_count(
@@ -217,6 +225,12 @@ def test_a_rerun_with_another_config_refuses_and_names_the_fields(exp, compiled,
     _run(exp, compiled, tmp_path / "h", 1, hparams=changed)
     with pytest.raises(SystemExit, match=r"(?s)lr: run has 1.0, now 2.0.*--resume force"):
         _run(exp, compiled, tmp_path / "h", 1, hparams={"lr": 2.0})
+    # forced on a finished run, nothing would run with lr 2.0: refused, run.json kept
+    # (it recorded lr 2.0 beside the logs of lr 1.0, which eval_as_run then read)
+    before = (tmp_path / "h" / rundir.RUN_FILE).read_text()
+    with pytest.raises(SystemExit, match=r"(?s)finished run of 1 segments: no segment.*lr"):
+        _run(exp, compiled, tmp_path / "h", 1, hparams={"lr": 2.0}, resume="force")
+    assert (tmp_path / "h" / rundir.RUN_FILE).read_text() == before
     rows = _run(exp, compiled, tmp_path / "h", 2, hparams={"lr": 2.0}, resume="force")
     assert [r["segment"] for r in rows] == [1, 2]
     record = json.loads((tmp_path / "h" / rundir.RUN_FILE).read_text())
@@ -289,6 +303,7 @@ def test_a_rerun_on_other_software_refuses_unless_forced(exp, compiled, tmp_path
     record = json.loads(path.read_text())
     script = provenance.file_hash(getattr(sys.modules["__main__"], "__file__", None))
     assert record["software"] == {**provenance.software(), "script": script}
+    assert "scipy" in record["software"]  # its truncnorm sets the held-out sets' intervals
     record["software"]["jax"] = "0.0.1"  # as if the run started on another JAX
     path.write_text(json.dumps(record))
     refusal = r"(?s)another software:\n  software\.jax: run has '0\.0\.1'.*--resume force"
@@ -736,7 +751,7 @@ def test_the_history_holds_the_checkpointed_segments_only(exp, compiled, tmp_pat
     (logdir / rundir.HISTORY).unlink()  # removed by hand: refused, not restarted
     record = (logdir / rundir.RUN_FILE).read_text()
     with pytest.raises(SystemExit, match=r"holds 0 of the 2 segments"):
-        _run(exp, compiled, logdir, 2, hparams={"lr": 2.0}, resume="force")
+        _run(exp, compiled, logdir, 3, hparams={"lr": 2.0}, resume="force")
     assert checkpoint.latest_step(logdir / rundir.CHECKPOINTS) == 2
     assert (logdir / rundir.RUN_FILE).read_text() == record  # a refused resume writes nothing
 
