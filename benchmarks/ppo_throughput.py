@@ -46,7 +46,10 @@ also given per seed, paired in its round, as the geometric mean of those ratios 
 its 95% t interval (on their logs; with 2 seeds or more); returns are summarised as
 the IQM with a 95% bootstrap CI, and each metarl trainer's mean return is compared
 with Brax PPO's: the difference of means with Welch's 95% t interval
-(`metarl.stats.difference`). A return claim needs that interval, not one seed.
+(`metarl.stats.difference`). A return claim needs that interval, not one seed, and
+an interval holding 0 shows no difference, not equal returns: the "equal" column
+says whether the returns are equal within `--equal-margin` (5%) of Brax PPO's mean,
+by two one-sided t tests (`metarl.stats.equivalent`).
 
 Brax 0.14.2's PPO calls `jax.device_put_replicated`, which JAX 0.10 removed
 from its public API; this benchmark re-exposes it (one line, benchmark only).
@@ -73,6 +76,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -125,9 +129,19 @@ class Config:
     # merge --merge files run on other software (metarl's source, library versions)
     # too, printing the differences; without it such a file is refused
     other_software: bool = False
+    # "equal return": a metarl trainer's mean return within this fraction of Brax PPO's,
+    # shown by two one-sided t tests (`metarl.stats.equivalent`: the 90% Welch interval
+    # inside the margin). An interval that merely holds 0 shows no difference, not
+    # equality (the H200's 2 seeds: +71 [-1438, 1579])
+    equal_margin: float = 0.05
 
     def __post_init__(self):
         check_counts(self, ids=("seeds",))
+        if not (math.isfinite(self.equal_margin) and 0 < self.equal_margin < 1):
+            raise ValueError(
+                f"--equal-margin must be a fraction of Brax PPO's return in (0, 1), got "
+                f"{self.equal_margin}"
+            )
         if repeated := sorted({s for s in self.seeds if self.seeds.count(s) > 1}):
             raise ValueError(
                 f"--seeds names seed {', '.join(map(str, repeated))} more than once: each seed "
@@ -367,7 +381,8 @@ def _merge(
             f"--merge {path}: not a file this script wrote with --out (it has no 'config' "
             "and 'runs')"
         )
-    ignore = ("seeds", "out", "merge", "compile_cache", "other_software")
+    # settings of the summary, not of the runs
+    ignore = ("seeds", "out", "merge", "compile_cache", "other_software", "equal_margin")
     mine = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ignore}
     mine.update(environment)
     theirs = {k: v for k, v in record["config"].items() if k not in ignore}
@@ -470,12 +485,15 @@ def main(cfg: Config) -> None:
     base = med("brax_ppo", "steps_per_sec")
     print(
         f"\n{len(runs['brax_ppo'])} seed(s); steps/s: median; compile: first seed; return: "
-        "IQM [95% CI]; vs Brax return: difference of means [Welch 95% CI]"
+        "IQM [95% CI]; vs Brax return: difference of means [Welch 95% CI]; equal: within "
+        f"{cfg.equal_margin:.0%} of Brax PPO's mean return (two one-sided tests, 90% interval)"
     )
+    brax_mean = float(np.mean([r for r in returns["brax_ppo"] if np.isfinite(r)] or [np.nan]))
+    margin = cfg.equal_margin * abs(brax_mean)
     w = max(map(len, runs)) + 1
     print(
         f"{'trainer':<{w}}{'steps/s':>10}{'vs brax':>9}{'compile s':>11}"
-        f"  {'eval return':>26}  {'vs brax return':>30}"
+        f"  {'eval return':>26}  {'vs brax return':>30}{'equal':>11}"
     )
     summary, speeds = {}, []
     for name in runs:
@@ -487,16 +505,27 @@ def main(cfg: Config) -> None:
             "compile_s": compile_s(name),
             "return_iqm": dataclasses.asdict(ret),
         }
-        vs = ""
+        vs = verdict = ""
         if name != "brax_ppo":
             summary[name]["speed_vs_brax_paired"] = paired = _paired_speed(runs, name)
             speeds.append(f"{name}: {_format_speed(paired)}")
             diff = stats.difference(returns[name], returns["brax_ppo"])
             summary[name]["return_minus_brax"] = dataclasses.asdict(diff)
             vs = stats.format_difference(diff)
+            equal, interval = (
+                (None, None)
+                if not margin > 0
+                else stats.equivalent(returns[name], returns["brax_ppo"], margin)
+            )
+            summary[name]["return_equal_to_brax"] = {
+                "margin": margin,
+                "equal": equal,
+                "ci90": None if interval is None else [interval.ci_low, interval.ci_high],
+            }
+            verdict = {True: "yes", False: "not shown", None: "no CI"}[equal]
         print(
             f"{name:<{w}}{sps:>10,.0f}{sps / base:>9.2f}{compile_s(name):>11.1f}"
-            f"  {stats.format_iqm(ret, 1):>26}  {vs:>30}"
+            f"  {stats.format_iqm(ret, 1):>26}  {vs:>30}{verdict:>11}"
         )
     print("steps/s against Brax PPO's in the same round, geometric mean [95% CI] over seeds:")
     print("\n".join(f"  {line}" for line in speeds))

@@ -405,6 +405,33 @@ def test_ppo_summary_compares_the_files_with_the_first_not_this_machine(tmp_path
         dataclasses.replace(cfg, seeds=())  # and no --merge: nothing to summarise
 
 
+def test_ppo_summary_claims_equal_returns_only_within_the_margin(tmp_path, capsys):
+    """An interval of the difference that holds 0 shows no difference, not equality:
+    "equal" needs the 90% interval inside --equal-margin of Brax PPO's mean return."""
+    bench = _load("ppo_throughput")
+    cfg = bench.Config(seeds=(0,), gru=False)
+    close = [1000.0, 1010.0, 990.0, 1005.0], [1001.0, 1008.0, 995.0, 1000.0]
+    wide = [0.0, 2000.0, 1000.0, 1000.0], [1000.0, 1000.0, 2000.0, 0.0]
+    for (brax, mine), equal in ((close, True), (wide, False)):
+        runs = {"brax_ppo": {}, "metarl_mlp": {}}
+        for seed, (b, m) in enumerate(zip(brax, mine, strict=True)):
+            result = {"steps_per_sec": 1.0, "compile_s": 1.0}
+            runs["brax_ppo"][str(seed)] = dict(result, evaluator_build_s=0.1, **{"return": b})
+            runs["metarl_mlp"][str(seed)] = dict(result, **{"return": m})
+        trained = dataclasses.replace(cfg, seeds=(0, 1, 2, 3))
+        path, out = tmp_path / "runs.json", tmp_path / "summary.json"
+        path.write_text(json.dumps(bench._record(trained, bench._environment(), runs, {}, [])))
+        bench.main(dataclasses.replace(cfg, seeds=(), merge=(str(path),), out=str(out)))
+        claim = json.loads(out.read_text())["summary"]["metarl_mlp"]["return_equal_to_brax"]
+        assert claim["equal"] is equal and claim["margin"] == pytest.approx(0.05 * np.mean(brax))
+        low, high = claim["ci90"]
+        assert (-50 < low and high < 50) is equal and low < 0 < high  # both hold 0
+        row = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("metarl"))
+        assert row.endswith("yes" if equal else "not shown")
+    with pytest.raises(ValueError, match="--equal-margin must be a fraction"):
+        bench.Config(equal_margin=0.0)
+
+
 def test_ppo_speed_against_brax_is_paired_by_seed():
     """A metarl trainer's speed against Brax PPO's: the geometric mean of the per-seed
     ratios, over the seeds both ran, with the 95% t interval of their logs."""

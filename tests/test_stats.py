@@ -186,3 +186,32 @@ def test_paired_difference_drops_pairs_and_says_so():
     assert "NaN" not in stats.format_difference(stats.difference([1.0, 2.0], [0.0, 1.0]))
     with pytest.raises(ValueError, match="seed i of a with seed i of b: a has 3 seeds, b 2"):
         stats.difference([1.0, 2.0, 3.0], [1.0, 2.0], paired=True)
+
+
+def test_equivalence_is_two_one_sided_tests_at_their_level():
+    """`equivalent` claims equal means within a margin only when the 90% interval lies
+    inside it: for truly equal normal scores it holds at about the rate TOST promises,
+    and for a true gap at the margin it claims equality at most about 5% of the time."""
+    rng = np.random.default_rng(0)
+    claims = {0.0: 0, 1.5: 0}
+    for gap in claims:
+        for _ in range(400):
+            a, b = rng.normal(gap, 1.0, 10), rng.normal(0.0, 1.0, 10)
+            verdict, d = stats.equivalent(a, b, margin=1.5)
+            low, high = scipy_stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.9)
+            assert np.isclose(d.ci_low, low) and np.isclose(d.ci_high, high)
+            claims[gap] += verdict
+    assert claims[1.5] / 400 <= 0.08  # a gap at the margin: TOST's 5% error (at most)
+    # equal scores, 10 seeds a side, a margin of 3.4 sd of the difference
+    assert claims[0.0] / 400 > 0.7
+    # a wide interval holding 0 is "not shown", not "equal"; fewer than 2 seeds: None
+    wide = [0.0, 600.0, -600.0]
+    assert stats.difference(wide, wide).ci_low < 0 < stats.difference(wide, wide).ci_high
+    assert stats.equivalent(wide, wide, margin=50.0)[0] is False
+    assert stats.equivalent([1.0], [1.0, 2.0], margin=50.0)[0] is None
+    assert stats.equivalent([1.0, 1.1, 0.9], [1.0, 0.95, 1.05], margin=0.5, paired=True)[0]
+    for margin in (0.0, -1.0, float("nan"), "1"):
+        with pytest.raises(ValueError, match="margin must be a finite number > 0"):
+            stats.equivalent([1.0, 2.0], [1.0, 2.0], margin=margin)
+    with pytest.raises(ValueError, match="confidence must be above 0.5"):
+        stats.equivalent([1.0, 2.0], [1.0, 2.0], margin=1.0, confidence=0.4)
