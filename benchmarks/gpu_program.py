@@ -448,7 +448,11 @@ class Config:
     gpu: str = "h100"  # a key of GPUS
     variants: tuple[str, ...] = ("plain", "brax_dr", "contextual")
     strategy: str = "auto"  # the "contextual" variant's ("auto" as on a GPU: the stock)
-    stock_depth: int = 16
+    # as env_throughput's and PPO's (a stock of 32 refilled every 16 steps at
+    # unroll_length 16; until 2026-12-07 a depth of 16, a program the GPU timings
+    # never ran unless a variant named contextual_stock:32)
+    stock_depth: int = 32
+    stock_block: int = 16  # the steps between two chances to refill (PPO: unroll_length)
     out: str | None = None  # a .json of every variant's counts
     dump_hlo: str | None = None  # a folder for each variant's GPU program (.hlo)
 
@@ -479,6 +483,7 @@ def compile_for(device, label: str, name: str, cfg: Config) -> Program:
         backend=cfg.backend,
         strategy=cfg.strategy,
         stock_depth=cfg.stock_depth,
+        stock_block=cfg.stock_block,
         variants=(label,),
     )
     with mock.patch.object(jax, "default_backend", return_value="gpu"):

@@ -4,7 +4,8 @@
 # root on the GPU machine, with the wheels of ../shared/tools/gpu-wheels carried
 # in .whl/ (installed on first use):
 #
-#   bash benchmarks/gpu_run.sh env          # 8192 envs: plain, Brax DR, dense, pool (~7 min)
+#   bash benchmarks/gpu_run.sh env          # 8192 envs: plain, Brax DR, auto (the stock), dense;
+#                                           # on MJX auto and the pool (~7 min)
 #   bash benchmarks/gpu_run.sh poolcost     # hopper: where the pool's last 5% goes (~4 min)
 #   bash benchmarks/gpu_run.sh ppo 0 1 2    # PPO vs Brax PPO at the issue's settings (~5 min)
 #   STRATEGY=stock bash benchmarks/gpu_run.sh ppo 0   # and metarl's mlp with the stock
@@ -22,7 +23,8 @@
 #                                           # seeds 7 and 8 (auto, the stock)
 #   bash benchmarks/gpu_run.sh refill       # ant (mjx) at 8192 and PPO's iteration: the stock
 #                                           # refilled in whole chunks against a refill per block
-#   bash benchmarks/gpu_run.sh stock        # the envs at 8192: plain, Brax DR, auto, the stock
+#   bash benchmarks/gpu_run.sh stock        # the four envs at 8192 (ant also on MJX): plain,
+#                                           # Brax DR, Brax DR with metarl's Systems, auto
 #   bash benchmarks/gpu_run.sh suite        # the whole test suite under the machine's JAX, on its
 #                                           # CPU, 12 workers (pytest-xdist and execnet wheels:
 #                                           # ../shared/tools/gpu-wheels pytest-xdist==3.8.0
@@ -34,10 +36,12 @@
 #   bash benchmarks/gpu_run.sh graphs       # hopper, inverted_pendulum at 8192: plain and
 #                                           # auto, with XLA's default CUDA graphs and with
 #                                           # every run of kernels in one (~5 min)
-#   bash benchmarks/gpu_run.sh headline     # first in a 15-min device budget (~5 min): hopper's
-#                                           # pool, its cond guard, derived constants; ant mjx
+#   bash benchmarks/gpu_run.sh headline     # hopper's pool (--strategy pool), its cond guard,
+#                                           # without derived constants; ant mjx dense, with
+#                                           # and without them (~5 min)
 #   bash benchmarks/gpu_run.sh first        # then at once (~8 min): time to the first update
-#                                           # (sequential, ppo.precompile, Brax PPO), then
+#                                           # (sequential, its noreset diagnostic,
+#                                           # ppo.precompile, Brax PPO), then
 #                                           # PPO vs Brax PPO (3 seeds, mlp)
 #
 # Results land in $OUT (the device tool brings them back; copy a ppo JSON into the
@@ -156,12 +160,19 @@ stock)
   # 2026-12-05 brax_dr_metarl (Brax's DR with the Systems metarl writes) in the place of
   # contextual_stock, which auto now is on a GPU (a stock of --stock-depth, 32)
   if [ "$smoke" = 1 ]; then b=(--num-envs 64 --steps 20 --rounds 2) envs=(inverted_pendulum)
+    m=(--num-envs 64 --steps 32 --rounds 2) mjx=(inverted_pendulum)
   # 8 rounds (was 4): hopper's 3 rounds of 2026-11-27 spread from 0.926 to 0.995
-  else b=(--num-envs 8192 --steps 200 --rounds 8) envs=(hopper ant inverted_pendulum); fi
+  else b=(--num-envs 8192 --steps 200 --rounds 8) envs=(hopper ant inverted_pendulum)
+    m=(--num-envs 8192 --steps 192 --rounds 6) mjx=(ant); fi
   for e in "${envs[@]}"; do
     run 200 "env_8192_$e" python3 benchmarks/env_throughput.py "${b[@]}" --envs "$e" \
       --variants plain brax_dr brax_dr_metarl contextual --out "$out/env_8192_$e"
   done
+  # the fourth env, ant on MJX (until 2026-12-07 this stage ran only the three above);
+  # 192 steps: whole blocks of the stock's 16
+  run 200 "env_8192_${mjx[0]}_mjx" python3 benchmarks/env_throughput.py "${m[@]}" \
+    --envs "${mjx[@]}" --backend mjx --variants plain brax_dr brax_dr_metarl contextual \
+    --out "$out/env_8192_${mjx[0]}_mjx"
   ;;
 headline)
   # What issue 8 still lacks, for a session lent 15 minutes of device time (machine
@@ -172,15 +183,18 @@ headline)
   else h=(--envs hopper --num-envs 8192 --steps 300 --rounds 5)
     m=(--envs ant --num-envs 8192 --steps 100 --rounds 4); fi
   # On the H100 of 2026-11-26 (evening) every contextual hopper variant compiled in about
-  # 30 s and seven of them ran past 200 s: four here. contextual_pool_cond: the pool's
-  # refill decided by lax.cond, not a 0-or-1-trip loop whose predicate the host reads at
-  # every step. contextual_firstorder: no derived constants (the cost of deriving them)
-  run 220 env_8192_hopper python3 benchmarks/env_throughput.py "${h[@]}" \
-    --variants plain contextual contextual_firstorder contextual_pool_cond \
+  # 30 s and seven of them ran past 200 s: four here, all the pool (--strategy pool: on
+  # a GPU "auto" is the stock since 2026-11-27, and until 2026-12-07 this stage timed the
+  # stock under the pool's names). contextual_pool_cond: the pool's refill decided by
+  # lax.cond, not a 0-or-1-trip loop whose predicate the host reads at every step.
+  # contextual_firstorder: the pool without derived constants (the cost of deriving them)
+  run 220 env_8192_hopper python3 benchmarks/env_throughput.py "${h[@]}" --strategy pool \
+    --variants plain contextual_pool contextual_firstorder contextual_pool_cond \
     --out "$out/env_8192_hopper"
-  # MJX's dense resets derive the constants at every step (auto on a GPU)
+  # MJX's dense resets, which derive the constants at every step, with and without them
   run 150 env_8192_mjx python3 benchmarks/env_throughput.py "${m[@]}" --backend mjx \
-    --variants plain contextual contextual_firstorder --out "$out/env_8192_mjx"
+    --strategy dense --variants plain contextual_dense contextual_firstorder \
+    --out "$out/env_8192_mjx"
   ;;
 diagnose)
   # Where ant on MJX loses its time on a GPU, against plain Brax, Brax's static DR and
@@ -271,15 +285,16 @@ ppo)
 depth)
   # What a shallower stock costs in PPO's own loop: PPOConfig.stock_depth, which a device
   # short of memory gets (the largest divisor of unroll_length whose stock fits a quarter
-  # of its memory), refilled every stock_depth steps. Hopper at the issue's settings, the
-  # stock of 16 (unroll_length) against 4 and 1, in paired rounds (ppo_profile.py)
+  # of its memory), refilled every stock_depth steps. Hopper at the issue's settings, a
+  # stock of 16 (unroll_length) against 4 and 1, in paired rounds (ppo_profile.py; until
+  # 2026-12-07 the first was plain "stock", the default depth of 32, not 16)
   if [ "$smoke" = 1 ]; then
     d=(--env inverted_pendulum --num-envs 64 --num-minibatches 4 --rounds 1 --iterations 2)
   else
     d=(--env hopper --num-envs 2048 --num-minibatches 16 --iterations 4 --rounds 5)
   fi
   run 400 depth python3 benchmarks/ppo_profile.py "${d[@]}" --cores mlp \
-    --strategies stock stock@4 stock@1
+    --strategies stock@16 stock@4 stock@1
   ;;
 graphs)
   # XLA leaves a run of fewer than 5 kernels outside its CUDA graphs, each kernel then

@@ -32,7 +32,7 @@ the one a device short of memory gets, costs.
     python benchmarks/ppo_profile.py --env hopper --num-envs 2048 --num-minibatches 16 \\
         --cores mlp --strategies pool stock
     python benchmarks/ppo_profile.py --env hopper --num-envs 2048 --num-minibatches 16 \\
-        --cores mlp --strategies stock stock@4 stock@1
+        --cores mlp --strategies stock@16 stock@4 stock@1
 """
 
 from __future__ import annotations
