@@ -393,9 +393,12 @@ def _record(buffer, counts, b, values, t_low, t_high) -> tuple[int, float]:
         counts[b] += 1
         if counts[b] < m:
             continue
-        decided = float(buffer.astype(np.float64).mean())
+        # in float32, as the returns are (PerformanceGated's gate too): a mean on a
+        # threshold of 0.7 read 0.699999988 against the float64 0.7 and held
+        decided = float(np.float32(buffer.astype(np.float64).mean()))
         buffer[:], counts[b] = 0.0, 0
-        step = 1 if decided >= t_high else -1 if decided <= t_low else 0
+        high, low = float(np.float32(t_high)), float(np.float32(t_low))
+        step = 1 if decided >= high else -1 if decided <= low else 0
         if step:
             return step, decided
     return 0, decided

@@ -567,6 +567,21 @@ def test_adr_holds_a_boundary_whose_mean_is_between_the_thresholds():
     _assert_same_leaves(curricula.adr_ranges(state), start)
 
 
+def test_adr_moves_a_boundary_whose_mean_is_exactly_a_threshold():
+    """At or above high_threshold widens, at or below low_threshold shrinks, for
+    thresholds a float32 return cannot hold exactly (success rates: 7 of 10 is 0.7,
+    0.699999988 in float32, which held against the float64 0.7)."""
+    cur = _adr(low_threshold=0.1, high_threshold=0.7, buffer_size=1)
+    state = cur.init(TARGET, defaults=DEFAULTS, num_envs=2, key=jax.random.key(0))
+    start = curricula.adr_ranges(state)["gravity"].high
+    rate = np.float32(7) / np.float32(10)  # as run_train's float32 sums give it
+    state = cur.update(_assign(state, [G_HIGH, G_LOW]), _env_results([rate, rate], np.ones(2)))
+    assert curricula.adr_ranges(state)["gravity"].high > start  # widened at 0.7
+    low = curricula.adr_ranges(state)["gravity"].low
+    state = cur.update(_assign(state, [G_LOW, -1]), _env_results([np.float32(0.1), 0.0], [1, 1]))
+    assert curricula.adr_ranges(state)["gravity"].low > low  # shrunk at 0.1 (0.100000001)
+
+
 def test_adr_steps_per_element_and_in_log_space_at_most_once_per_update():
     cur = _adr(buffer_size=1)
     state = cur.init(TARGET, defaults=DEFAULTS, num_envs=3, key=jax.random.key(0))
