@@ -287,13 +287,22 @@ def compile_experiment(exp: Experiment, num_seeds: int = 1) -> Compiled:
     )
 
 
+def _apart(target: ContextSpace) -> dict[str, tuple[int, ...]]:
+    """{name: element shape} of the per-element entries whose elements train on
+    intervals of their own (Scale(0.5, [1, 4], per_element=True)), not on one shared."""
+    return {
+        n: np.shape(lo)
+        for n, (lo, _) in E._element_bounds(target).items()
+        if isinstance(lo, np.ndarray)
+    }
+
+
 def _heatmap_axes(exp: Experiment) -> dict[str, np.ndarray]:
     # A heatmap axis sets every element of a name to one value, and outlines the
     # interval trained on: a per-element entry whose elements train on intervals that
     # differ has no such interval (Scale([0.5, 2], [1, 4]): on its envelope 0.5-4 no
     # point had every element inside its own interval, until 2026-12-07).
-    bounds = E._element_bounds(exp.target)
-    own = [n for n, (lo, _) in bounds.items() if isinstance(lo, np.ndarray)]
+    own = list(_apart(exp.target))
     shared = [n for n in exp.target if n not in own]
     names = exp.eval.heatmap or tuple(shared[:2])
     if unknown := [n for n in names if n not in exp.target]:
@@ -550,6 +559,9 @@ class Run:
         # one draw of 6 contexts, 36 [27, 42] on another, the policies unchanged)
         self.sets = [held_out_sets(exp, s) for s in self.seeds]
         self.grid = E.grid(exp.target, self.compiled.grid_axes)
+        # their ranges and contexts are also logged per element (the envelope is no
+        # element's interval)
+        self.apart = _apart(exp.target)
         # the memory probe's fit sets, fixed for the run like the held-out ones, and
         # the keys of its trials
         self.probe_keys = [jax.random.fold_in(_stream(s, _PROBE), 1) for s in self.seeds]
@@ -773,8 +785,8 @@ class Run:
         # advance together (the aggregate run logs the total)
         speed = metrics["env_steps_per_sec"] / self.num_seeds
         logger.log_train(step, scalars, speed, metrics["compile_seconds"])
-        logger.log_ranges(step, _shared(ranges))
-        logger.log_contexts(step, contexts)
+        logger.log_ranges(step, _shared(ranges), self.apart)
+        logger.log_contexts(step, contexts, self.apart)
         episodes = self.exp.env.episodes_per_trial
         logger.log_eval(
             step,

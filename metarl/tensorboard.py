@@ -166,6 +166,15 @@ def _required_scalar(tag: str, value: Any) -> float:
     return number
 
 
+def _by_element(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """`values` [..., *shape] as [rows, elements] (flat element index); None where they
+    do not end in the element shape."""
+    shape = tuple(shape)
+    if not shape or values.shape[values.ndim - len(shape) :] != shape:
+        return None
+    return values.reshape(-1, math.prod(shape))
+
+
 def _step(step: Any) -> int:
     """A step as an int; refuses a fraction or a non-number, which int() would cut."""
     if isinstance(step, bool) or not isinstance(step, numbers.Integral | np.integer):
@@ -379,21 +388,45 @@ class RunLogger:
         if compile_seconds is not None:
             self._add(COMPILE_SECONDS, compile_seconds, step)
 
-    def log_ranges(self, step: int, ranges: ContextSpace) -> None:
-        """curriculum/<name>/low and /high for every name of `ranges` (min low, max high)."""
+    def log_ranges(
+        self, step: int, ranges: ContextSpace, apart: Mapping[str, tuple[int, ...]] | None = None
+    ) -> None:
+        """curriculum/<name>/low and /high for every name of `ranges` (min low, max high:
+        the envelope over elements and per-env rows). `apart`: {name: element shape} of
+        per-element entries whose elements train on intervals of their own (the envelope
+        of Scale(0.5, [1, 4]) is no element's); each element i (flat index) also gets
+        curriculum/<name>/<i>/low and /high."""
         self.units = {**context_units(ranges), **self.units}
         for name, (low, high) in ranges.intervals().items():
             low_tag, high_tag = range_tags(name)
             self._add(low_tag, np.min(low), step)  # intervals() are finite
             self._add(high_tag, np.max(high), step)
+            low, high = np.broadcast_arrays(np.asarray(low, float), np.asarray(high, float))
+            if name in (apart or {}) and (rows := _by_element(low, apart[name])) is not None:
+                for i, (lo, hi) in enumerate(
+                    zip(rows.min(0), _by_element(high, apart[name]).max(0))
+                ):
+                    low_tag, high_tag = range_tags(f"{name}/{i}")
+                    self._add(low_tag, lo, step)
+                    self._add(high_tag, hi, step)
 
-    def log_contexts(self, step: int, contexts: Mapping[str, Any]) -> None:
-        """A histogram context/<name> of each array of sampled values (any shape)."""
+    def log_contexts(
+        self,
+        step: int,
+        contexts: Mapping[str, Any],
+        apart: Mapping[str, tuple[int, ...]] | None = None,
+    ) -> None:
+        """A histogram context/<name> of each array of sampled values (any shape: all
+        its elements in one). `apart` as in `log_ranges`: each element i of those names
+        also gets its own histogram, context/<name>/<i>."""
         for name, values in contexts.items():
-            values = np.asarray(values, float).ravel()
-            if (values := values[np.isfinite(values)]).size:
-                self._last_step = max(self._last_step, _step(step))
-                self._writer.add_histogram(context_tag(name), values, int(step))
+            values = np.asarray(values, float)
+            rows = _by_element(values, apart[name]) if name in (apart or {}) else None
+            columns = [] if rows is None else [(f"{name}/{i}", c) for i, c in enumerate(rows.T)]
+            for tag, v in [(name, values.ravel()), *columns]:
+                if (v := v[np.isfinite(v)]).size:
+                    self._last_step = max(self._last_step, _step(step))
+                    self._writer.add_histogram(context_tag(tag), v, int(step))
 
     def log_eval(
         self,

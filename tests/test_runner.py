@@ -1251,6 +1251,7 @@ def test_a_heatmap_axis_is_never_a_per_element_entry_whose_intervals_differ(exp)
     env = make_contextual("inverted_pendulum", target, episode_length=50)
     built = replace(exp, env=env, target=target)
     assert list(experiment._heatmap_axes(built)) == ["gravity"]
+    assert experiment._apart(target) == {"mass": (2,)}  # also logged per element
     with pytest.raises(ValueError, match=r"\['mass'\] train each element on an interval"):
         replace(built, eval=experiment.EvalConfig(heatmap=("mass", "gravity")))
     alone = C.ContextSpace({"mass": mass})

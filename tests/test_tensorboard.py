@@ -4,6 +4,7 @@ import dataclasses
 import io
 import re
 
+import jax
 import numpy as np
 import pytest
 from PIL import Image
@@ -158,6 +159,42 @@ def test_eval_and_custom_scalars_refuse_what_is_not_one_number(tmp_path):
         log.log_train(1, {"episode_return": 1.0, "per_env": np.ones(4)})
         log.log_scalars(1, {"eval/ok": np.float32(9.0), "eval/nan": float("nan")})
     assert set(L.read_scalars(tmp_path)) == {"train/return", "eval/ok", "eval/nan"}
+
+
+def test_per_element_entries_of_their_own_intervals_are_logged_per_element(tmp_path):
+    """The envelope of elements that train on intervals of their own is no element's:
+    Scale([0.4, 0.7, 0.3], [1.2, 1.9, 1.5]) logged one range 0.3-1.9 and one histogram
+    of every element's draws. Named in `apart`, each element also gets its own."""
+    values = np.array([[0.5, 1.0, 0.4], [1.1, 1.8, 1.4], [0.9, 0.8, 0.35]])
+    # per-env rows (ADR's): each element's envelope over the envs
+    other = C.ContextSpace(
+        {
+            "gravity": C.Uniform(4.0, 16.0),
+            "mass": C.Scale([0.2, 0.75, 0.35], [1.0, 2.0, 1.4], per_element=True),
+        }
+    )
+    rows = jax.tree.map(lambda a, b: np.stack([a, b]), WIDER, other)
+    with L.RunLogger(tmp_path, ["gravity", "mass"]) as log:
+        log.log_ranges(1000, WIDER, {"mass": (3,)})
+        log.log_ranges(2000, rows, {"mass": (3,)})
+        log.log_contexts(1000, {"mass": values, "gravity": np.ones(3)}, {"mass": (3,)})
+    scalars = L.read_scalars(tmp_path)
+    first = ([0.4, 1.2], [0.7, 1.9], [0.3, 1.5])
+    second = ([0.2, 1.2], [0.7, 2.0], [0.3, 1.5])
+    for i in range(3):
+        for side, j in (("low", 0), ("high", 1)):
+            logged = scalars[f"curriculum/mass/{i}/{side}"]
+            assert [s for s, _ in logged] == [1000, 2000]
+            assert [v for _, v in logged] == pytest.approx([first[i][j], second[i][j]])
+    assert [v for _, v in scalars["curriculum/mass/low"]] == pytest.approx([0.3, 0.2])
+    acc = _accumulator(tmp_path)
+    for i in range(3):
+        (event,) = acc.Histograms(f"context/mass/{i}")
+        h = event.histogram_value
+        assert h.num == 3
+        assert (h.min, h.max) == pytest.approx((values[:, i].min(), values[:, i].max()))
+    assert acc.Histograms("context/mass")[0].histogram_value.num == 9  # the envelope kept
+    assert not any(t.startswith("context/gravity/") for t in acc.Tags()[ea.HISTOGRAMS])
 
 
 def test_tag_functions_match_scheme():
