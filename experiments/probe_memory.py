@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pathlib
 
 import jax
@@ -53,6 +54,21 @@ class Config(rl2.Config):
     fit_contexts: int = 32  # contexts drawn from the training ranges to fit each probe on
     fit_trials: int = 2  # trials per fit context
     ridge: float = 1.0  # the probe's penalty on standardized memory units
+    # the variants the run ran (this script runs none: it reads the gru's, and must
+    # find it among them)
+    agents: tuple[str, ...] = ("mlp", "gru", "oracle")
+
+    def __post_init__(self):
+        # before the run is loaded and compiled (--ridge -1 failed after the first seed's
+        # memory was recorded, naming no flag)
+        for name in ("fit_contexts", "fit_trials"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"--{name.replace('_', '-')} must be an integer >= 1, got {value!r}"
+                )
+        if not (math.isfinite(self.ridge) and self.ridge > 0):
+            raise ValueError(f"--ridge must be a finite number > 0, got {self.ridge!r}")
 
 
 def check_agents(cfg: rl2.Config, reads: tuple[str, ...], script: str) -> None:

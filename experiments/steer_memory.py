@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pathlib
 
 import numpy as np
@@ -65,7 +66,20 @@ BOUND = 10.0  # a memory unit beyond this has left the GRU's own range ([-1, 1])
 
 @dataclasses.dataclass(frozen=True)
 class Config(pm.Config):
+    """The run's flags (copy them from its command line) and the steering's own.
+    --resume and --keep-checkpoints are the run's and change nothing here; --agents
+    must hold the variants read."""
+
     strength: float = 1.0  # the share of each edit applied (1: the probe decodes the target)
+
+    def __post_init__(self):
+        super().__post_init__()
+        # a negative share pushes "steered" away from its target and "reversed" toward
+        # the true gain: the rows' labels would swap meaning (it ran, labelled as usual)
+        if not (math.isfinite(self.strength) and self.strength > 0):
+            raise ValueError(
+                f"--strength must be a finite share > 0 of each edit, got {self.strength!r}"
+            )
 
 
 def _returns(result: E.EvalResult) -> np.ndarray:

@@ -160,6 +160,18 @@ def test_rl2_hidden_context_takes_its_flags_for_the_variant_they_fit():
         probe_memory.main(tyro.cli(probe_memory.Config, args=["--agents", "mlp"]))
     with pytest.raises(SystemExit, match=r"reads the run's gru and oracle .* leaves out oracle"):
         steer_memory.main(tyro.cli(steer_memory.Config, args=["--agents", "gru"]))
+    # their own flags, refused before the run is loaded (--ridge -1 failed after the
+    # first seed's memory was recorded; --strength -3 ran, its rows' labels swapped)
+    for script, field, value in (
+        (probe_memory, "fit_contexts", 0),
+        (probe_memory, "fit_trials", 0),
+        (probe_memory, "ridge", -1.0),
+        (steer_memory, "ridge", float("nan")),
+        (steer_memory, "strength", -3.0),
+        (steer_memory, "strength", 0.0),
+    ):
+        with pytest.raises(ValueError, match=f"^--{field.replace('_', '-')} must be"):
+            script.Config(**{field: value})
     # The oracle: the mlp's config on the same task, observing the motor gain it is
     # drawn with (the last observation entry), which the other two never see.
     oracle = variants["oracle"]
